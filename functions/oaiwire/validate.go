@@ -1,0 +1,230 @@
+package oaiwire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-playground/validator/v10"
+)
+
+// MaxBody is the largest request body accepted: room for long contexts and
+// a few data: images, small enough that a flood of bodies cannot exhaust
+// memory.
+const MaxBody = 8 << 20
+
+var (
+	validate     = newValidator()
+	toolNameExpr = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+)
+
+func newValidator() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			return ""
+		}
+		return name
+	})
+	if err := v.RegisterValidation("toolname", func(fl validator.FieldLevel) bool {
+		return toolNameExpr.MatchString(fl.Field().String())
+	}); err != nil {
+		panic(err) // a programming error, caught by any test
+	}
+	return v
+}
+
+// DecodeChatRequest reads and validates a chat request body. Every failure
+// is an *Error with status 400 (or 413 for a body over MaxBody) whose param
+// names the offending field.
+func DecodeChatRequest(body io.Reader) (*ChatRequest, error) {
+	raw, err := io.ReadAll(io.LimitReader(body, MaxBody+1))
+	if err != nil {
+		return nil, InvalidRequest("", "could not read the request body: "+err.Error())
+	}
+	if len(raw) > MaxBody {
+		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: "request_too_large",
+			Message: fmt.Sprintf("request body larger than %d bytes", MaxBody)}
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, InvalidRequest("", "request body is empty; send a JSON object")
+	}
+	if !utf8.Valid(raw) {
+		return nil, InvalidRequest("", "request body is not valid UTF-8")
+	}
+	var req ChatRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&req); err != nil {
+		return nil, jsonError(err)
+	}
+	if dec.More() {
+		return nil, InvalidRequest("", "request body has data after the JSON object")
+	}
+	if err := Validate(&req); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+// Validate checks a decoded request: field rules, then the rules that
+// span fields.
+func Validate(r *ChatRequest) error {
+	if err := validate.Struct(r); err != nil {
+		var ve validator.ValidationErrors
+		if errors.As(err, &ve) && len(ve) > 0 {
+			return fieldError(ve[0])
+		}
+		return InvalidRequest("", err.Error())
+	}
+	for i, m := range r.Messages {
+		p := fmt.Sprintf("messages[%d]", i)
+		switch m.Role {
+		case "system", "developer", "user":
+			if m.Content.Null || (!m.Content.IsParts && m.Content.Text == "" && m.Role == "user") {
+				return InvalidRequest(p+".content", fmt.Sprintf("%s message needs content", m.Role))
+			}
+			if len(m.ToolCalls) > 0 {
+				return InvalidRequest(p+".tool_calls", "only assistant messages carry tool_calls")
+			}
+		case "assistant":
+			if m.Content.Null && len(m.ToolCalls) == 0 {
+				return InvalidRequest(p+".content", "assistant message needs content or tool_calls")
+			}
+		case "tool":
+			if m.ToolCallID == "" {
+				return InvalidRequest(p+".tool_call_id", "tool message needs tool_call_id")
+			}
+		}
+		for j, part := range m.Content.Parts {
+			pp := fmt.Sprintf("%s.content[%d]", p, j)
+			switch part.Type {
+			case "text":
+				if part.ImageURL != nil {
+					return InvalidRequest(pp, "text part carries an image_url")
+				}
+			case "image_url":
+				if m.Role != "user" {
+					return InvalidRequest(pp, "image parts are allowed in user messages only")
+				}
+				if part.ImageURL == nil {
+					return InvalidRequest(pp+".image_url", "image part needs image_url")
+				}
+				if err := checkDataURL(part.ImageURL.URL); err != nil {
+					return InvalidRequest(pp+".image_url.url", err.Error())
+				}
+			}
+		}
+		for j, tc := range m.ToolCalls {
+			if tc.ID == "" || tc.Function.Name == "" {
+				return InvalidRequest(fmt.Sprintf("%s.tool_calls[%d]", p, j), "tool call needs id and function.name")
+			}
+		}
+	}
+	names := make(map[string]bool, len(r.Tools))
+	for i, t := range r.Tools {
+		p := fmt.Sprintf("tools[%d].function", i)
+		if names[t.Function.Name] {
+			return InvalidRequest(p+".name", "duplicate tool name "+strconv.Quote(t.Function.Name))
+		}
+		names[t.Function.Name] = true
+		if len(t.Function.Parameters) > 0 && !isJSONObject(t.Function.Parameters) {
+			return InvalidRequest(p+".parameters", "parameters must be a JSON Schema object")
+		}
+	}
+	if r.ToolChoice != nil {
+		if r.ToolChoice.Function != "" && !names[r.ToolChoice.Function] {
+			return InvalidRequest("tool_choice", "tool_choice names a function that is not in tools")
+		}
+		if r.ToolChoice.Mode == "required" && len(r.Tools) == 0 {
+			return InvalidRequest("tool_choice", "tool_choice \"required\" needs tools")
+		}
+	}
+	if r.StreamOptions != nil && !r.Stream {
+		return InvalidRequest("stream_options", "stream_options is only allowed when stream is true")
+	}
+	if rf := r.ResponseFormat; rf != nil && rf.Type == "json_schema" && !isJSONObject(rf.JSONSchema) {
+		return InvalidRequest("response_format.json_schema", "json_schema must be an object")
+	}
+	return nil
+}
+
+func isJSONObject(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return false
+	}
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil
+}
+
+// checkDataURL accepts data:image/<type>;base64,<payload> only.
+func checkDataURL(u string) error {
+	rest, ok := strings.CutPrefix(u, "data:image/")
+	if !ok {
+		return errors.New("only data:image/… URLs are accepted; the gateway fetches nothing")
+	}
+	meta, payload, ok := strings.Cut(rest, ",")
+	if !ok || !strings.HasSuffix(meta, ";base64") || payload == "" {
+		return errors.New("image data URL must be data:image/<type>;base64,<data>")
+	}
+	return nil
+}
+
+func jsonError(err error) *Error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		return InvalidRequest(field, fmt.Sprintf("%s: expected %s, got JSON %s", orBody(field), typeErr.Type, typeErr.Value))
+	case errors.As(err, &syntaxErr):
+		return InvalidRequest("", fmt.Sprintf("request body is not valid JSON (at byte %d): %v", syntaxErr.Offset, syntaxErr))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return InvalidRequest("", "request body is truncated JSON")
+	}
+	return InvalidRequest("", "request body: "+err.Error())
+}
+
+func orBody(field string) string {
+	if field == "" {
+		return "request body"
+	}
+	return field
+}
+
+func fieldError(fe validator.FieldError) *Error {
+	// Namespace is ChatRequest.messages[0].role; drop the struct name.
+	param := fe.Namespace()
+	if _, rest, ok := strings.Cut(param, "."); ok {
+		param = rest
+	}
+	var msg string
+	switch fe.Tag() {
+	case "required":
+		msg = param + " is required"
+	case "oneof":
+		msg = fmt.Sprintf("%s must be one of [%s]", param, strings.ReplaceAll(fe.Param(), " ", ", "))
+	case "min":
+		msg = fmt.Sprintf("%s must be at least %s", param, fe.Param())
+	case "max":
+		msg = fmt.Sprintf("%s must be at most %s", param, fe.Param())
+	case "eq":
+		msg = fmt.Sprintf("%s must be %s", param, fe.Param())
+	case "toolname":
+		msg = param + " must be 1-64 characters of a-z, A-Z, 0-9, _ and -"
+	case "startswith":
+		msg = param + " must be a data:image/… URL"
+	default:
+		msg = fmt.Sprintf("%s is invalid (%s)", param, fe.Tag())
+	}
+	return InvalidRequest(param, msg)
+}

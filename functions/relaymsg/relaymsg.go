@@ -1,0 +1,271 @@
+// Package relaymsg is the wire protocol on the relay: the JSON messages that
+// workerd, the relay function and API listeners exchange over API Gateway
+// WebSocket connections (or the local relay with the same contract).
+//
+// Every message is one JSON object with a protocol version "v" and a
+// "type". Decode validates it completely; a message that fails gets an error
+// message back, never a crash.
+package relaymsg
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/go-playground/validator/v10"
+)
+
+// Version is the protocol version this code speaks.
+const Version = 1
+
+// MaxMessage is API Gateway WebSocket's message size limit; nothing larger
+// may be sent, so senders split (chunks) or refuse (jobs) above it.
+const MaxMessage = 128 * 1024
+
+// Message types.
+const (
+	// worker → relay
+	TypeRegister  = "register"
+	TypeHeartbeat = "heartbeat"
+	TypeDrain     = "drain"
+	// worker → listener, through the relay, which adds From
+	TypeChunk = "chunk"
+	TypeDone  = "done"
+	TypeFail  = "fail"
+	// relay → worker
+	TypeRegistered = "registered"
+	TypeJob        = "job"
+	TypeCancel     = "cancel"
+	TypeError      = "error"
+	// relay → listener
+	TypeAssign = "assign"
+	TypeLost   = "lost"
+)
+
+// Header is the part every message has.
+type Header struct {
+	V    int    `json:"v" validate:"eq=1"`
+	Type string `json:"type" validate:"required"`
+}
+
+// Register announces the models a worker serves. It is the first message a
+// worker sends on a new connection.
+type Register struct {
+	Header
+	Models []string `json:"models" validate:"required,min=1,max=64,dive,required,max=128"`
+	// Agent is the worker software and version, for operators.
+	Agent string `json:"agent,omitempty" validate:"max=128"`
+}
+
+// Heartbeat keeps a connection inside API Gateway's idle timeout.
+type Heartbeat struct {
+	Header
+}
+
+// Drain tells the relay to send this connection no new job.
+type Drain struct {
+	Header
+}
+
+// Chunk carries a batch of deltas of one job's reply.
+type Chunk struct {
+	Header
+	Job string `json:"job" validate:"required,max=64"`
+	// To is the listener connection the job came from.
+	To string `json:"to" validate:"required,max=128"`
+	// From is the sending worker's connection, set by the relay (never
+	// trusted from the sender).
+	From string `json:"from,omitempty"`
+	// Seq orders a job's chunk, done and fail messages from 0: API Gateway
+	// may deliver them out of order.
+	Seq    int64           `json:"seq" validate:"min=0"`
+	Deltas []oaiwire.Delta `json:"deltas" validate:"required,min=1,max=4096"`
+}
+
+// Done ends a job's reply.
+type Done struct {
+	Header
+	Job          string        `json:"job" validate:"required,max=64"`
+	To           string        `json:"to" validate:"required,max=128"`
+	From         string        `json:"from,omitempty"`
+	Seq          int64         `json:"seq" validate:"min=0"`
+	FinishReason string        `json:"finish_reason" validate:"required,oneof=stop length tool_calls content_filter"`
+	Usage        oaiwire.Usage `json:"usage"`
+}
+
+// Fail ends a job with an error on the worker's side.
+type Fail struct {
+	Header
+	Job  string `json:"job" validate:"required,max=64"`
+	To   string `json:"to" validate:"required,max=128"`
+	From string `json:"from,omitempty"`
+	Seq  int64  `json:"seq" validate:"min=0"`
+	// Code is a short machine-readable reason; Message is for operators
+	// and never holds prompt or completion text.
+	Code    string `json:"code" validate:"required,max=64"`
+	Message string `json:"message,omitempty" validate:"max=1024"`
+}
+
+// Registered confirms a registration.
+type Registered struct {
+	Header
+	Conn   string   `json:"conn" validate:"required"`
+	Models []string `json:"models"`
+	// Ignored lists registered models the gateway does not offer.
+	Ignored []string `json:"ignored,omitempty"`
+}
+
+// Job hands a worker a request. It is the only place the prompt travels,
+// and it travels in memory only.
+type Job struct {
+	Header
+	Job string `json:"job" validate:"required,max=64"`
+	// ReplyTo is the listener connection to address chunks to.
+	ReplyTo  string              `json:"reply_to" validate:"required,max=128"`
+	Model    string              `json:"model" validate:"required,max=128"`
+	Request  oaiwire.ChatRequest `json:"request"`
+	Deadline time.Time           `json:"deadline"`
+}
+
+// Cancel tells a worker to stop a job (the client went away).
+type Cancel struct {
+	Header
+	Job string `json:"job" validate:"required,max=64"`
+}
+
+// Error reports a message the relay could not accept.
+type Error struct {
+	Header
+	Code    string `json:"code" validate:"required"`
+	Message string `json:"message"`
+}
+
+// Assign tells a listener which worker took its queued job.
+type Assign struct {
+	Header
+	Job    string `json:"job" validate:"required,max=64"`
+	Worker string `json:"worker" validate:"required,max=128"`
+}
+
+// Lost tells a listener that the worker of its job disconnected.
+type Lost struct {
+	Header
+	Job    string `json:"job" validate:"required,max=64"`
+	Worker string `json:"worker" validate:"required,max=128"`
+}
+
+var validate = validator.New(validator.WithRequiredStructEnabled())
+
+// ErrTooLarge means a message exceeds MaxMessage.
+var ErrTooLarge = errors.New("relaymsg: message larger than 128 KiB")
+
+// Decode parses and validates one message. The result is a pointer to one
+// of the message structs of this package.
+func Decode(b []byte) (any, error) {
+	if len(b) > MaxMessage {
+		return nil, ErrTooLarge
+	}
+	var h Header
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("relaymsg: not a JSON object with v and type: %w", err)
+	}
+	if h.V != Version {
+		return nil, fmt.Errorf("relaymsg: unsupported protocol version %d (want %d)", h.V, Version)
+	}
+	var m any
+	switch h.Type {
+	case TypeRegister:
+		m = new(Register)
+	case TypeHeartbeat:
+		m = new(Heartbeat)
+	case TypeDrain:
+		m = new(Drain)
+	case TypeChunk:
+		m = new(Chunk)
+	case TypeDone:
+		m = new(Done)
+	case TypeFail:
+		m = new(Fail)
+	case TypeRegistered:
+		m = new(Registered)
+	case TypeJob:
+		m = new(Job)
+	case TypeCancel:
+		m = new(Cancel)
+	case TypeError:
+		m = new(Error)
+	case TypeAssign:
+		m = new(Assign)
+	case TypeLost:
+		m = new(Lost)
+	default:
+		return nil, fmt.Errorf("relaymsg: unknown message type %q", h.Type)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(m); err != nil {
+		return nil, fmt.Errorf("relaymsg: %s: %w", h.Type, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("relaymsg: %s: trailing data after the message", h.Type)
+	}
+	if err := validate.Struct(m); err != nil {
+		return nil, fmt.Errorf("relaymsg: %s: %w", h.Type, err)
+	}
+	if j, ok := m.(*Job); ok {
+		if err := oaiwire.Validate(&j.Request); err != nil {
+			return nil, fmt.Errorf("relaymsg: job request: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Encode stamps the header and marshals a message (a pointer to one of the
+// message structs). It fails rather than produce a message over MaxMessage.
+func Encode(m any) ([]byte, error) {
+	h, typ := headerOf(m)
+	if h == nil {
+		return nil, fmt.Errorf("relaymsg: %T is not a message", m)
+	}
+	*h = Header{V: Version, Type: typ}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("relaymsg: encode %s: %w", typ, err)
+	}
+	if len(b) > MaxMessage {
+		return nil, fmt.Errorf("relaymsg: encode %s: %w", typ, ErrTooLarge)
+	}
+	return b, nil
+}
+
+func headerOf(m any) (*Header, string) {
+	switch v := m.(type) {
+	case *Register:
+		return &v.Header, TypeRegister
+	case *Heartbeat:
+		return &v.Header, TypeHeartbeat
+	case *Drain:
+		return &v.Header, TypeDrain
+	case *Chunk:
+		return &v.Header, TypeChunk
+	case *Done:
+		return &v.Header, TypeDone
+	case *Fail:
+		return &v.Header, TypeFail
+	case *Registered:
+		return &v.Header, TypeRegistered
+	case *Job:
+		return &v.Header, TypeJob
+	case *Cancel:
+		return &v.Header, TypeCancel
+	case *Error:
+		return &v.Header, TypeError
+	case *Assign:
+		return &v.Header, TypeAssign
+	case *Lost:
+		return &v.Header, TypeLost
+	}
+	return nil, ""
+}

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the whole set of operations, for wiring and for the conformance
+// suite. Consumers depend on smaller interfaces of their own.
+//
+// Every method that moves credits is atomic and idempotent: a retry after a
+// crash or a timeout never applies an effect twice.
+type Store interface {
+	// CreateAccount stores a new account; ErrExists if the id is taken.
+	CreateAccount(ctx context.Context, a Account) error
+	// GetAccount returns an account; ErrNotFound if there is none.
+	GetAccount(ctx context.Context, id string) (Account, error)
+	// Grant adds credits (a deposit, dev credits) once per idempotency
+	// key. applied is false when the key was already used; the balance is
+	// then unchanged. deposit says whether it counts in TotalDeposited.
+	Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (applied bool, err error)
+
+	// PutAPIKey stores a new key; ErrLimit when the account already has
+	// MaxActiveKeys active keys; ErrExists if the hash is taken.
+	PutAPIKey(ctx context.Context, s Secret) error
+	// GetAPIKey finds a key by hash, revoked or not; ErrNotFound.
+	GetAPIKey(ctx context.Context, hash string) (Secret, error)
+	// ListAPIKeys lists an account's keys, oldest first.
+	ListAPIKeys(ctx context.Context, accountID string) ([]Secret, error)
+	// RevokeAPIKey revokes the account's key with that public id;
+	// ErrNotFound if the account has no such key. Revoking twice is nil.
+	RevokeAPIKey(ctx context.Context, accountID, id string, at time.Time) error
+
+	// PutWorkerToken, GetWorkerToken and ListWorkerTokens mirror the API
+	// key methods for worker tokens (cwt_…), a separate namespace.
+	PutWorkerToken(ctx context.Context, s Secret) error
+	GetWorkerToken(ctx context.Context, hash string) (Secret, error)
+	ListWorkerTokens(ctx context.Context, accountID string) ([]Secret, error)
+	// RevokeWorkerToken revokes the token and returns the relay
+	// connections of the workers that are live on it, so the caller can
+	// disconnect them at once.
+	RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) (conns []string, err error)
+
+	// UseNonce records a single-use value until expires; ErrExists if it
+	// was already used and has not expired (a replay).
+	UseNonce(ctx context.Context, nonce string, expires time.Time) error
+
+	// Admit is the hot path's one write before dispatch, all or nothing:
+	// ErrRevoked if the key is revoked, ErrRateLimited if the key already
+	// made Limit requests in Window, ErrInsufficientCredits if the
+	// allowance plus the balance cannot pay Job.Price; otherwise it counts
+	// the request, debits the price (allowance first), and stores Job as
+	// queued. It returns the job as stored (FromAllowance set).
+	Admit(ctx context.Context, r AdmitRequest) (Job, error)
+	// GetJob returns a job; ErrNotFound.
+	GetJob(ctx context.Context, id string) (Job, error)
+	// QueuedJobs returns up to limit queued jobs for a model, oldest first.
+	QueuedJobs(ctx context.Context, model string, limit int) ([]Job, error)
+	// Assign moves a queued job to an idle registered worker that serves
+	// its model, both at once; ErrConflict if either lost the race.
+	Assign(ctx context.Context, jobID, worker string, at time.Time) (Job, error)
+	// Requeue puts a job assigned to worker back in the queue (the worker
+	// was lost before any token reached the client); ErrConflict if the
+	// job is not assigned to that worker.
+	Requeue(ctx context.Context, jobID, worker string, at time.Time) (Job, error)
+	// Complete marks a job assigned to c.Worker done, frees the worker
+	// and records its speed, credits c.Earning to the worker's account and
+	// counts the tokens. Completing a done job again is nil and changes
+	// nothing; completing a failed job is ErrConflict.
+	Complete(ctx context.Context, c Completion) error
+	// Fail ends a queued or assigned job, frees its worker if it still
+	// holds the job, and refunds the price exactly once when refund is
+	// set. Failing a failed job again changes nothing except that a
+	// refund asked for now and not given before is given; failing a done
+	// job is ErrConflict. It returns the job as stored.
+	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (Job, error)
+
+	// PutWorker stores a newly connected worker (not yet registered).
+	PutWorker(ctx context.Context, w Worker) error
+	// RegisterWorker records the models a connected worker serves and
+	// makes it eligible; ErrNotFound if the connection is unknown.
+	RegisterWorker(ctx context.Context, conn string, models []string) (Worker, error)
+	// DrainWorker stops new jobs going to a worker; its current job runs
+	// on. ErrNotFound if the connection is unknown.
+	DrainWorker(ctx context.Context, conn string) (Worker, error)
+	// GetWorker returns a worker; ErrNotFound.
+	GetWorker(ctx context.Context, conn string) (Worker, error)
+	// DeleteWorker removes a worker and returns it as it was; ErrNotFound.
+	DeleteWorker(ctx context.Context, conn string) (Worker, error)
+	// IdleWorkers lists registered, idle, not draining workers that serve
+	// model.
+	IdleWorkers(ctx context.Context, model string) ([]Worker, error)
+	// Workers lists every connected worker.
+	Workers(ctx context.Context) ([]Worker, error)
+
+	// PutListener, GetListener and DeleteListener keep the API instances'
+	// relay connections.
+	PutListener(ctx context.Context, l Listener) error
+	GetListener(ctx context.Context, conn string) (Listener, error)
+	DeleteListener(ctx context.Context, conn string) error
+
+	// Stats returns network figures as of now.
+	Stats(ctx context.Context, now time.Time) (Stats, error)
+
+	// Close releases the store.
+	Close() error
+}

@@ -1,0 +1,197 @@
+// Package store holds the records the gateway keeps and the errors its
+// stores return. The records carry metadata only: ids, counts, timings and
+// hashes. Prompt and completion text never reach a store.
+//
+// Consumers declare the small interface they need (see functions/api and
+// functions/dispatch); every implementation (embedded bbolt, DynamoDB) must
+// pass the same conformance suite in functions/store/storetest.
+package store
+
+import (
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Implementations wrap them with context; callers match them
+// with errors.Is.
+var (
+	// ErrNotFound means the record does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists means a record with that key already exists.
+	ErrExists = errors.New("store: already exists")
+	// ErrConflict means a conditional write lost: another writer changed the
+	// record first (a claimed worker, a job already assigned). It is the
+	// normal "someone else won" path, not a failure of the store.
+	ErrConflict = errors.New("store: conditional write lost")
+	// ErrInsufficientCredits means the balance cannot pay the price.
+	ErrInsufficientCredits = errors.New("store: insufficient credits")
+	// ErrRateLimited means the key used its requests for the window.
+	ErrRateLimited = errors.New("store: rate limit exceeded")
+	// ErrRevoked means the API key or worker token was revoked.
+	ErrRevoked = errors.New("store: revoked")
+	// ErrLimit means an account already holds the maximum number of active
+	// keys or worker tokens.
+	ErrLimit = errors.New("store: limit reached")
+)
+
+// MaxActiveKeys is the most active API keys or worker tokens one account may
+// hold at a time (SPEC: "at most 5 active per account").
+const MaxActiveKeys = 5
+
+// Account is a user: a Solana wallet address with a credit balance.
+// 1 credit = $0.01. All amounts are integers.
+type Account struct {
+	ID             string `json:"id"`
+	Wallet         string `json:"wallet,omitempty"`
+	Credits        int64  `json:"credits"`
+	TotalDeposited int64  `json:"total_deposited"`
+	TotalSpent     int64  `json:"total_spent"`
+	// FreeAllowanceLeft is today's unspent staker allowance, drawn before
+	// paid credits.
+	FreeAllowanceLeft int64 `json:"free_allowance_left"`
+	// Earned is what this account's workers have earned, in credits.
+	Earned    int64     `json:"earned"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Secret is an API key or a worker token as stored: only the SHA-256 hash of
+// the secret is kept.
+type Secret struct {
+	// Hash is the hex SHA-256 of the full secret string; it is the key.
+	Hash string `json:"hash"`
+	// ID is a short public id shown to the owner (a prefix of the hash).
+	ID        string    `json:"id"`
+	AccountID string    `json:"account_id"`
+	CreatedAt time.Time `json:"created_at"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+}
+
+// Active reports whether the secret may still be used.
+func (s Secret) Active() bool { return s.RevokedAt.IsZero() }
+
+// JobState is a job's place in its life. Transitions:
+//
+//	queued → assigned → done
+//	queued → failed              (queue wait expired, client gone)
+//	assigned → queued            (worker lost before the first token)
+//	assigned → failed            (worker lost after, timeout, worker error)
+type JobState string
+
+// Job states.
+const (
+	JobQueued   JobState = "queued"
+	JobAssigned JobState = "assigned"
+	JobDone     JobState = "done"
+	JobFailed   JobState = "failed"
+)
+
+// Job is one paid request. It never holds the prompt or the completion.
+type Job struct {
+	ID        string `json:"id"`
+	AccountID string `json:"account_id"`
+	Model     string `json:"model"`
+	// Price is what was debited, in credits.
+	Price int64 `json:"price"`
+	// FromAllowance is the part of Price drawn from the free allowance; a
+	// refund returns it there.
+	FromAllowance int64    `json:"from_allowance,omitempty"`
+	State         JobState `json:"state"`
+	// Listener is the relay connection of the API instance that holds the
+	// prompt in memory and streams the reply to the client.
+	Listener string `json:"listener"`
+	// Worker is the relay connection the job is assigned to, if any.
+	Worker   string    `json:"worker,omitempty"`
+	Attempts int       `json:"attempts"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+	// Refunded is set once the price went back to the account.
+	Refunded bool `json:"refunded,omitempty"`
+	// FailReason is a short machine code, never user text.
+	FailReason       string `json:"fail_reason,omitempty"`
+	PromptTokens     int64  `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64  `json:"completion_tokens,omitempty"`
+}
+
+// WorkerState says whether a worker can take a job.
+type WorkerState string
+
+// Worker states.
+const (
+	WorkerIdle WorkerState = "idle"
+	WorkerBusy WorkerState = "busy"
+)
+
+// Worker is one live workerd connection.
+type Worker struct {
+	// Conn is the relay connection id; it is the key.
+	Conn      string `json:"conn"`
+	AccountID string `json:"account_id"`
+	// TokenHash is the hash of the worker token it connected with, so that
+	// revoking the token finds its live connections.
+	TokenHash string `json:"token_hash"`
+	// Pubkey is the worker's ed25519 identity (its Solana payout wallet),
+	// base58.
+	Pubkey string      `json:"pubkey"`
+	Models []string    `json:"models"`
+	State  WorkerState `json:"state"`
+	Job    string      `json:"job,omitempty"`
+	// MilliTokPerSec is the gateway-measured decode speed in thousandths
+	// of a token per second; 0 until the first job completes.
+	MilliTokPerSec int64 `json:"milli_tok_per_sec"`
+	Registered     bool  `json:"registered"`
+	// Draining workers finish their job but take no new one: they are
+	// rolling their connection or shutting down.
+	Draining    bool      `json:"draining,omitempty"`
+	ConnectedAt time.Time `json:"connected_at"`
+}
+
+// Serves reports whether the worker registered the model.
+func (w Worker) Serves(model string) bool {
+	for _, m := range w.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// Listener is an API instance's relay connection.
+type Listener struct {
+	Conn        string    `json:"conn"`
+	ConnectedAt time.Time `json:"connected_at"`
+}
+
+// AdmitRequest is everything the hot path changes in one atomic step before
+// dispatch: the key's rate-limit window, the debit and the queued job.
+type AdmitRequest struct {
+	KeyHash string
+	// Window is the start of the rate-limit window; Limit its request cap.
+	Window time.Time
+	Limit  int64
+	Job    Job
+}
+
+// Completion is what a finished job reports.
+type Completion struct {
+	JobID            string
+	Worker           string
+	PromptTokens     int64
+	CompletionTokens int64
+	// MilliTokPerSec is the decode speed the gateway measured, or 0 when it
+	// could not be measured (too few tokens).
+	MilliTokPerSec int64
+	// Earning is the worker account's share, in credits.
+	Earning int64
+	At      time.Time
+}
+
+// Stats are network-wide figures for GET /v1/stats.
+type Stats struct {
+	WorkersByModel map[string]int64 `json:"workers_by_model"`
+	QueueByModel   map[string]int64 `json:"queue_by_model"`
+	JobsCompleted  int64            `json:"jobs_completed"`
+	TokensServed   int64            `json:"tokens_served"`
+	// TokensLastMinute is the completion tokens of jobs finished in the
+	// last full minute.
+	TokensLastMinute int64 `json:"tokens_last_minute"`
+}

@@ -1,0 +1,33 @@
+// Package backend defines what workerd needs from an inference server, and
+// its implementations live in subpackages: ollama (Ollama's native API) and
+// openaicompat (any OpenAI-compatible server: llama.cpp, vLLM, LM Studio).
+package backend
+
+import (
+	"context"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+)
+
+// Backend runs chat requests on a local inference server.
+type Backend interface {
+	// Name is the backend kind, for logs and the registration's agent
+	// string ("ollama", "openai").
+	Name() string
+	// Models lists the model names the server can serve now.
+	Models(ctx context.Context) ([]string, error)
+	// Chat runs req on the server's model named model, streaming, and
+	// calls emit with each increment of the reply in order. Tool calls are
+	// emitted as deltas in OpenAI's streaming form: every fragment carries
+	// the call's 0-based Index, and a call's first fragment carries its ID,
+	// Type "function" and Function.Name. emit's error stops the request
+	// and is returned. Cancelling ctx stops the request on the server.
+	Chat(ctx context.Context, model string, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (Result, error)
+}
+
+// Result is how a reply ended.
+type Result struct {
+	// FinishReason is stop, length or tool_calls.
+	FinishReason string
+	Usage        oaiwire.Usage
+}
