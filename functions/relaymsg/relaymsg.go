@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
@@ -43,6 +44,10 @@ const (
 	// relay → listener
 	TypeAssign = "assign"
 	TypeLost   = "lost"
+	// listener → relay, answered by welcome: API Gateway tells a
+	// connection nothing about itself, so a listener asks for its id.
+	TypeHello   = "hello"
+	TypeWelcome = "welcome"
 )
 
 // Header is the part every message has.
@@ -124,9 +129,12 @@ type Job struct {
 	Header
 	Job string `json:"job" validate:"required,max=64"`
 	// ReplyTo is the listener connection to address chunks to.
-	ReplyTo  string              `json:"reply_to" validate:"required,max=128"`
-	Model    string              `json:"model" validate:"required,max=128"`
-	Request  oaiwire.ChatRequest `json:"request"`
+	ReplyTo string `json:"reply_to" validate:"required,max=128"`
+	Model   string `json:"model" validate:"required,max=128"`
+	// Request is checked by oaiwire.Validate, whose validator knows
+	// oaiwire's custom tags; this package's validator must skip it (it
+	// would panic on the unknown "toolname" tag of a request with tools).
+	Request  oaiwire.ChatRequest `json:"request" validate:"-"`
 	Deadline time.Time           `json:"deadline"`
 }
 
@@ -157,6 +165,17 @@ type Lost struct {
 	Worker string `json:"worker" validate:"required,max=128"`
 }
 
+// Hello asks the relay for the sender's connection id.
+type Hello struct {
+	Header
+}
+
+// Welcome answers Hello.
+type Welcome struct {
+	Header
+	Conn string `json:"conn" validate:"required"`
+}
+
 var validate = validator.New(validator.WithRequiredStructEnabled())
 
 // ErrTooLarge means a message exceeds MaxMessage.
@@ -175,35 +194,11 @@ func Decode(b []byte) (any, error) {
 	if h.V != Version {
 		return nil, fmt.Errorf("relaymsg: unsupported protocol version %d (want %d)", h.V, Version)
 	}
-	var m any
-	switch h.Type {
-	case TypeRegister:
-		m = new(Register)
-	case TypeHeartbeat:
-		m = new(Heartbeat)
-	case TypeDrain:
-		m = new(Drain)
-	case TypeChunk:
-		m = new(Chunk)
-	case TypeDone:
-		m = new(Done)
-	case TypeFail:
-		m = new(Fail)
-	case TypeRegistered:
-		m = new(Registered)
-	case TypeJob:
-		m = new(Job)
-	case TypeCancel:
-		m = new(Cancel)
-	case TypeError:
-		m = new(Error)
-	case TypeAssign:
-		m = new(Assign)
-	case TypeLost:
-		m = new(Lost)
-	default:
+	newMsg, ok := constructors[h.Type]
+	if !ok {
 		return nil, fmt.Errorf("relaymsg: unknown message type %q", h.Type)
 	}
+	m := newMsg()
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(m); err != nil {
 		return nil, fmt.Errorf("relaymsg: %s: %w", h.Type, err)
@@ -240,32 +235,47 @@ func Encode(m any) ([]byte, error) {
 	return b, nil
 }
 
-func headerOf(m any) (*Header, string) {
-	switch v := m.(type) {
-	case *Register:
-		return &v.Header, TypeRegister
-	case *Heartbeat:
-		return &v.Header, TypeHeartbeat
-	case *Drain:
-		return &v.Header, TypeDrain
-	case *Chunk:
-		return &v.Header, TypeChunk
-	case *Done:
-		return &v.Header, TypeDone
-	case *Fail:
-		return &v.Header, TypeFail
-	case *Registered:
-		return &v.Header, TypeRegistered
-	case *Job:
-		return &v.Header, TypeJob
-	case *Cancel:
-		return &v.Header, TypeCancel
-	case *Error:
-		return &v.Header, TypeError
-	case *Assign:
-		return &v.Header, TypeAssign
-	case *Lost:
-		return &v.Header, TypeLost
+// message is implemented by every message struct through its embedded
+// Header.
+type message interface{ header() *Header }
+
+func (h *Header) header() *Header { return h }
+
+var constructors = map[string]func() message{
+	TypeRegister:   func() message { return new(Register) },
+	TypeHeartbeat:  func() message { return new(Heartbeat) },
+	TypeDrain:      func() message { return new(Drain) },
+	TypeChunk:      func() message { return new(Chunk) },
+	TypeDone:       func() message { return new(Done) },
+	TypeFail:       func() message { return new(Fail) },
+	TypeRegistered: func() message { return new(Registered) },
+	TypeJob:        func() message { return new(Job) },
+	TypeCancel:     func() message { return new(Cancel) },
+	TypeError:      func() message { return new(Error) },
+	TypeAssign:     func() message { return new(Assign) },
+	TypeLost:       func() message { return new(Lost) },
+	TypeHello:      func() message { return new(Hello) },
+	TypeWelcome:    func() message { return new(Welcome) },
+}
+
+// typeNames maps each message struct to its type, built from constructors
+// so the two can never disagree.
+var typeNames = func() map[reflect.Type]string {
+	out := make(map[reflect.Type]string, len(constructors))
+	for name, newMsg := range constructors {
+		out[reflect.TypeOf(newMsg())] = name
 	}
-	return nil, ""
+	return out
+}()
+
+func headerOf(m any) (*Header, string) {
+	msg, ok := m.(message)
+	if !ok {
+		return nil, ""
+	}
+	name, ok := typeNames[reflect.TypeOf(m)]
+	if !ok {
+		return nil, ""
+	}
+	return msg.header(), name
 }

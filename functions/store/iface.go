@@ -42,7 +42,8 @@ type Store interface {
 	RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) (conns []string, err error)
 
 	// UseNonce records a single-use value until expires; ErrExists if it
-	// was already used and has not expired (a replay).
+	// was already used and has not expired (a replay). Expiry is judged by
+	// the store's own clock, as the method takes no "now".
 	UseNonce(ctx context.Context, nonce string, expires time.Time) error
 
 	// Admit is the hot path's one write before dispatch, all or nothing:
@@ -51,20 +52,25 @@ type Store interface {
 	// allowance plus the balance cannot pay Job.Price; otherwise it counts
 	// the request, debits the price (allowance first), and stores Job as
 	// queued. It returns the job as stored (FromAllowance set).
+	// ErrNotFound if the key or the account is missing; ErrExists if the
+	// job id is taken. Job.AccountID, if set, must be the key's account;
+	// empty, it is taken from the key.
 	Admit(ctx context.Context, r AdmitRequest) (Job, error)
 	// GetJob returns a job; ErrNotFound.
 	GetJob(ctx context.Context, id string) (Job, error)
 	// QueuedJobs returns up to limit queued jobs for a model, oldest first.
 	QueuedJobs(ctx context.Context, model string, limit int) ([]Job, error)
 	// Assign moves a queued job to an idle registered worker that serves
-	// its model, both at once; ErrConflict if either lost the race.
+	// its model, both at once; ErrConflict if either lost the race. It
+	// records the worker's account on the job and counts the attempt.
 	Assign(ctx context.Context, jobID, worker string, at time.Time) (Job, error)
 	// Requeue puts a job assigned to worker back in the queue (the worker
 	// was lost before any token reached the client); ErrConflict if the
 	// job is not assigned to that worker.
 	Requeue(ctx context.Context, jobID, worker string, at time.Time) (Job, error)
 	// Complete marks a job assigned to c.Worker done, frees the worker
-	// and records its speed, credits c.Earning to the worker's account and
+	// and records its speed, credits c.Earning to the worker's account
+	// (Job.WorkerAccount, so it works after the worker disconnected) and
 	// counts the tokens. Completing a done job again is nil and changes
 	// nothing; completing a failed job is ErrConflict.
 	Complete(ctx context.Context, c Completion) error
@@ -75,7 +81,8 @@ type Store interface {
 	// job is ErrConflict. It returns the job as stored.
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (Job, error)
 
-	// PutWorker stores a newly connected worker (not yet registered).
+	// PutWorker stores a newly connected worker (not yet registered);
+	// ErrExists if the connection is already known.
 	PutWorker(ctx context.Context, w Worker) error
 	// RegisterWorker records the models a connected worker serves and
 	// makes it eligible; ErrNotFound if the connection is unknown.
@@ -94,7 +101,8 @@ type Store interface {
 	Workers(ctx context.Context) ([]Worker, error)
 
 	// PutListener, GetListener and DeleteListener keep the API instances'
-	// relay connections.
+	// relay connections. GetListener and DeleteListener return ErrNotFound
+	// for an unknown connection.
 	PutListener(ctx context.Context, l Listener) error
 	GetListener(ctx context.Context, conn string) (Listener, error)
 	DeleteListener(ctx context.Context, conn string) error

@@ -100,10 +100,14 @@ type Job struct {
 	// prompt in memory and streams the reply to the client.
 	Listener string `json:"listener"`
 	// Worker is the relay connection the job is assigned to, if any.
-	Worker   string    `json:"worker,omitempty"`
-	Attempts int       `json:"attempts"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
+	Worker string `json:"worker,omitempty"`
+	// WorkerAccount is the account of the worker the job is assigned to,
+	// recorded by Assign so that Complete can pay the worker even after its
+	// connection (and record) is gone.
+	WorkerAccount string    `json:"worker_account,omitempty"`
+	Attempts      int       `json:"attempts"`
+	Created       time.Time `json:"created"`
+	Updated       time.Time `json:"updated"`
 	// Refunded is set once the price went back to the account.
 	Refunded bool `json:"refunded,omitempty"`
 	// FailReason is a short machine code, never user text.

@@ -1,0 +1,219 @@
+// Package api is the gateway's OpenAI-compatible HTTP API: chat
+// completions, models, balance, stats and account-scoped key management. It
+// is a plain net/http handler; the Lambda main wraps it with lambdaurl and
+// the local runner serves it directly.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/credential"
+	"github.com/c0mpute/c0mpute/functions/listener"
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/go-playground/validator/v10"
+)
+
+// Store is what the API needs from the store.
+type Store interface {
+	GetAccount(ctx context.Context, id string) (store.Account, error)
+	GetAPIKey(ctx context.Context, hash string) (store.Secret, error)
+	ListAPIKeys(ctx context.Context, accountID string) ([]store.Secret, error)
+	PutAPIKey(ctx context.Context, s store.Secret) error
+	RevokeAPIKey(ctx context.Context, accountID, id string, at time.Time) error
+	PutWorkerToken(ctx context.Context, s store.Secret) error
+	ListWorkerTokens(ctx context.Context, accountID string) ([]store.Secret, error)
+	RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) ([]string, error)
+	Admit(ctx context.Context, r store.AdmitRequest) (store.Job, error)
+	GetJob(ctx context.Context, id string) (store.Job, error)
+	Requeue(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error)
+	Complete(ctx context.Context, c store.Completion) error
+	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
+	GetWorker(ctx context.Context, conn string) (store.Worker, error)
+	Workers(ctx context.Context) ([]store.Worker, error)
+	Stats(ctx context.Context, now time.Time) (store.Stats, error)
+}
+
+// Dispatcher assigns jobs to workers.
+type Dispatcher interface {
+	Assign(ctx context.Context, job store.Job) (store.Job, bool, error)
+	Dispatch(ctx context.Context, models []string) (int, error)
+}
+
+// Connections posts to and closes relay connections.
+type Connections interface {
+	Post(ctx context.Context, conn string, data []byte) error
+	Delete(ctx context.Context, conn string) error
+}
+
+// Relay is the listener connection replies arrive on.
+type Relay interface {
+	Conn() (string, error)
+	Subscribe(job, conn string) (*listener.Mailbox, error)
+}
+
+// Limits are the tunable deadlines and quotas. Defaults in DefaultLimits.
+type Limits struct {
+	// RatePerMinute is the per-key request limit.
+	RatePerMinute int64 `validate:"min=1"`
+	// QueueWait is how long a job may wait for a worker before 503.
+	QueueWait time.Duration `validate:"min=1"`
+	// FirstToken is how long an assigned worker may take to send the
+	// first chunk before 504.
+	FirstToken time.Duration `validate:"min=1"`
+	// Job is the whole job's deadline from admission.
+	Job time.Duration `validate:"min=1"`
+	// KeepAliveAfter is when a waiting stream commits to 200 and starts
+	// sending ": keep-alive" comments; errors before it keep their real
+	// HTTP status.
+	KeepAliveAfter time.Duration `validate:"min=1"`
+	// KeepAliveEvery spaces the comments.
+	KeepAliveEvery time.Duration `validate:"min=1"`
+	// WorkerSharePercent is the worker's share of a job's price.
+	WorkerSharePercent int64 `validate:"min=0,max=100"`
+	// MaxAttempts bounds how often a job moves to another worker.
+	MaxAttempts int `validate:"min=1"`
+}
+
+// DefaultLimits returns production defaults.
+func DefaultLimits() Limits {
+	return Limits{
+		RatePerMinute:      60,
+		QueueWait:          30 * time.Second,
+		FirstToken:         60 * time.Second,
+		Job:                10 * time.Minute,
+		KeepAliveAfter:     2 * time.Second,
+		KeepAliveEvery:     10 * time.Second,
+		WorkerSharePercent: 70,
+		MaxAttempts:        3,
+	}
+}
+
+// Server is the API.
+type Server struct {
+	store    Store
+	dispatch Dispatcher
+	conns    Connections
+	relay    Relay
+	catalog  *catalog.Catalog
+	limits   Limits
+	log      *slog.Logger
+	now      func() time.Time
+	mux      *http.ServeMux
+}
+
+// Config wires a Server.
+type Config struct {
+	Store       Store            `validate:"required"`
+	Dispatcher  Dispatcher       `validate:"required"`
+	Connections Connections      `validate:"required"`
+	Relay       Relay            `validate:"required"`
+	Catalog     *catalog.Catalog `validate:"required"`
+	Limits      Limits
+	Log         *slog.Logger `validate:"required"`
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+var validate = validator.New(validator.WithRequiredStructEnabled())
+
+// New builds the API handler.
+func New(cfg Config) (*Server, error) {
+	if err := validate.Struct(cfg); err != nil {
+		return nil, err
+	}
+	if err := validate.Struct(cfg.Limits); err != nil {
+		return nil, err
+	}
+	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
+		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/chat/completions", s.authed(s.chat))
+	mux.Handle("GET /v1/models", handler(s.models))
+	mux.Handle("GET /v1/models/{id...}", handler(s.model))
+	mux.Handle("GET /v1/balance", s.authed(s.balance))
+	mux.Handle("GET /v1/stats", handler(s.stats))
+	mux.Handle("GET /v1/keys", s.authed(s.listKeys))
+	mux.Handle("POST /v1/keys", s.authed(s.createKey))
+	mux.Handle("DELETE /v1/keys/{id}", s.authed(s.revokeKey))
+	mux.Handle("GET /v1/worker-tokens", s.authed(s.listWorkerTokens))
+	mux.Handle("POST /v1/worker-tokens", s.authed(s.createWorkerToken))
+	mux.Handle("DELETE /v1/worker-tokens/{id}", s.authed(s.revokeWorkerToken))
+	mux.Handle("/v1/", handler(func(w http.ResponseWriter, r *http.Request) error {
+		return &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
+			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path}
+	}))
+	s.mux = mux
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// handler adapts a handler that returns an error: the one place errors
+// become OpenAI-shaped responses.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h(w, r); err != nil {
+		var e *oaiwire.Error
+		if !errors.As(err, &e) {
+			slog.Default().Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		oaiwire.WriteError(w, err)
+	}
+}
+
+type principal struct {
+	account string
+	keyHash string
+}
+
+type principalKey struct{}
+
+// authed checks the bearer API key before the handler runs.
+func (s *Server) authed(next handler) http.Handler {
+	return handler(func(w http.ResponseWriter, r *http.Request) error {
+		token := credential.Bearer(r.Header.Get("Authorization"))
+		if !credential.WellFormed(credential.APIKeyPrefix, token) {
+			return oaiwire.ErrInvalidKey
+		}
+		hash := credential.Hash(token)
+		key, err := s.store.GetAPIKey(r.Context(), hash)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return oaiwire.ErrInvalidKey
+		case err != nil:
+			return err
+		case !key.Active():
+			return oaiwire.ErrInvalidKey
+		}
+		ctx := context.WithValue(r.Context(), principalKey{}, principal{account: key.AccountID, keyHash: hash})
+		return next(w, r.WithContext(ctx))
+	})
+}
+
+func who(r *http.Request) principal {
+	p, _ := r.Context().Value(principalKey{}).(principal)
+	return p
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, err = w.Write(b)
+	return err
+}

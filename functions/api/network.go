@@ -1,0 +1,118 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+)
+
+type pricingJSON struct {
+	// CreditsPerRequest is the flat price; USDPerRequest the same in
+	// dollars, exact to the cent.
+	CreditsPerRequest int64  `json:"credits_per_request"`
+	USDPerRequest     string `json:"usd_per_request"`
+}
+
+type modelJSON struct {
+	ID        string      `json:"id"`
+	Object    string      `json:"object"`
+	Created   int64       `json:"created"`
+	OwnedBy   string      `json:"owned_by"`
+	Available bool        `json:"available"`
+	Pricing   pricingJSON `json:"pricing"`
+	Aliases   []string    `json:"aliases,omitempty"`
+	Note      string      `json:"note,omitempty"`
+}
+
+// modelCreated is a fixed creation time: the catalogue is configuration
+// and has no real one, and a changing value would defeat client caches.
+const modelCreated = 1767225600 // 2026-01-01T00:00:00Z
+
+func toModelJSON(m catalog.Model, online map[string]int64) modelJSON {
+	owner := m.OwnedBy
+	if owner == "" {
+		owner = "c0mpute"
+	}
+	return modelJSON{ID: m.ID, Object: "model", Created: modelCreated, OwnedBy: owner, Available: online[m.ID] > 0,
+		Pricing: pricingJSON{CreditsPerRequest: m.Price, USDPerRequest: usd(m.Price)}, Aliases: m.Aliases, Note: m.Note}
+}
+
+// online counts registered workers per model.
+func (s *Server) online(r *http.Request) (map[string]int64, error) {
+	ws, err := s.store.Workers(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, w := range ws {
+		if !w.Registered {
+			continue
+		}
+		for _, m := range w.Models {
+			out[m]++
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) error {
+	online, err := s.online(r)
+	if err != nil {
+		return err
+	}
+	out := listJSON[modelJSON]{Object: "list", Data: []modelJSON{}}
+	for _, m := range s.catalog.Models() {
+		out.Data = append(out.Data, toModelJSON(m, online))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) model(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	m, ok := s.catalog.Resolve(id)
+	if !ok {
+		return oaiwire.ModelNotFound(id)
+	}
+	online, err := s.online(r)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toModelJSON(m, online))
+}
+
+type statsJSON struct {
+	Object           string           `json:"object"`
+	WorkersOnline    int64            `json:"workers_online"`
+	WorkersByModel   map[string]int64 `json:"workers_by_model"`
+	QueueDepth       int64            `json:"queue_depth"`
+	QueueByModel     map[string]int64 `json:"queue_by_model"`
+	JobsCompleted    int64            `json:"jobs_completed"`
+	TokensServed     int64            `json:"tokens_served"`
+	NetworkTokPerSec float64          `json:"network_tokens_per_second"`
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.store.Stats(r.Context(), s.now())
+	if err != nil {
+		return err
+	}
+	ws, err := s.store.Workers(r.Context())
+	if err != nil {
+		return err
+	}
+	var depth int64
+	for _, n := range st.QueueByModel {
+		depth += n
+	}
+	return writeJSON(w, http.StatusOK, statsJSON{Object: "stats", WorkersOnline: int64(len(ws)),
+		WorkersByModel: nonNil(st.WorkersByModel), QueueDepth: depth, QueueByModel: nonNil(st.QueueByModel),
+		JobsCompleted: st.JobsCompleted, TokensServed: st.TokensServed, NetworkTokPerSec: float64(st.TokensLastMinute) / 60})
+}
+
+func nonNil(m map[string]int64) map[string]int64 {
+	if m == nil {
+		return map[string]int64{}
+	}
+	return m
+}

@@ -1,0 +1,162 @@
+// Package dispatch matches queued jobs with idle workers. It runs when a job
+// is enqueued (the API), when a worker registers and when a worker turns idle
+// (the relay and the API), so a job never waits while an eligible worker is
+// idle. All state is in the store; a Dispatcher holds none and any number of
+// them may race: conditional writes decide who wins.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// MinMilliTokPerSec is the weight floor: 5 tok/s, so a new or slow worker
+// still gets jobs and can be measured.
+const MinMilliTokPerSec = 5_000
+
+// maxClaimTries bounds the retries when other dispatchers win the workers
+// we pick; each loss removes that worker from the candidates anyway.
+const maxClaimTries = 8
+
+// batch is how many queued jobs one pass looks at per model.
+const batch = 16
+
+// Store is what dispatch needs from the store.
+type Store interface {
+	QueuedJobs(ctx context.Context, model string, limit int) ([]store.Job, error)
+	IdleWorkers(ctx context.Context, model string) ([]store.Worker, error)
+	Assign(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error)
+	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
+	GetJob(ctx context.Context, id string) (store.Job, error)
+}
+
+// Poster delivers messages to relay connections.
+type Poster interface {
+	Post(ctx context.Context, conn string, data []byte) error
+}
+
+// Dispatcher assigns jobs to workers.
+type Dispatcher struct {
+	store Store
+	post  Poster
+	now   func() time.Time
+	log   *slog.Logger
+	// pick returns a number in [0, n); weighted choice draws from it.
+	pick func(n int64) int64
+}
+
+// New makes a Dispatcher.
+func New(s Store, p Poster, log *slog.Logger) *Dispatcher {
+	return &Dispatcher{store: s, post: p, now: time.Now, log: log, pick: rand.Int64N}
+}
+
+// Assign gives the job to an idle worker chosen at random, weighted by
+// measured speed. ok is false when no eligible worker is idle: the job stays
+// queued for the next dispatch. err is only for store failures.
+func (d *Dispatcher) Assign(ctx context.Context, job store.Job) (assigned store.Job, ok bool, err error) {
+	workers, err := d.store.IdleWorkers(ctx, job.Model)
+	if err != nil {
+		return store.Job{}, false, fmt.Errorf("dispatch: idle workers for %s: %w", job.Model, err)
+	}
+	for try := 0; try < maxClaimTries && len(workers) > 0; try++ {
+		i := d.choose(workers)
+		assigned, err = d.store.Assign(ctx, job.ID, workers[i].Conn, d.now())
+		switch {
+		case err == nil:
+			return assigned, true, nil
+		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+			// Someone else won this worker, or the job: look at what is left.
+			if j, gerr := d.jobState(ctx, job.ID); gerr == nil && j != store.JobQueued {
+				return store.Job{}, false, nil
+			}
+			workers = append(workers[:i], workers[i+1:]...)
+		default:
+			return store.Job{}, false, fmt.Errorf("dispatch: assign %s: %w", job.ID, err)
+		}
+	}
+	return store.Job{}, false, nil
+}
+
+// jobState re-reads a job when a claim fails: it tells "the job is taken"
+// (stop) from "the worker is taken" (try another). The queue is only a hint.
+func (d *Dispatcher) jobState(ctx context.Context, id string) (store.JobState, error) {
+	j, err := d.store.GetJob(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return j.State, nil
+}
+
+// choose draws an index with probability proportional to speed.
+func (d *Dispatcher) choose(ws []store.Worker) int {
+	var total int64
+	for _, w := range ws {
+		total += weight(w)
+	}
+	r := d.pick(total)
+	for i, w := range ws {
+		if r < weight(w) {
+			return i
+		}
+		r -= weight(w)
+	}
+	return len(ws) - 1
+}
+
+func weight(w store.Worker) int64 { return max(w.MilliTokPerSec, MinMilliTokPerSec) }
+
+// Dispatch drains the queues of the models: while a model has queued jobs
+// and idle workers, the oldest job goes to a worker and its listener is told.
+// It returns how many jobs it assigned.
+func (d *Dispatcher) Dispatch(ctx context.Context, models []string) (int, error) {
+	n := 0
+	for _, model := range models {
+		for {
+			jobs, err := d.store.QueuedJobs(ctx, model, batch)
+			if err != nil {
+				return n, fmt.Errorf("dispatch: queue of %s: %w", model, err)
+			}
+			progress := false
+			for _, job := range jobs {
+				assigned, ok, err := d.Assign(ctx, job)
+				if err != nil {
+					return n, err
+				}
+				if !ok {
+					continue
+				}
+				progress = true
+				n++
+				d.notify(ctx, assigned)
+			}
+			if !progress || len(jobs) < batch {
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+// notify tells the job's listener which worker took it. A listener that is
+// gone took the prompt with it: the job fails, is refunded, and frees the
+// worker for the next job.
+func (d *Dispatcher) notify(ctx context.Context, job store.Job) {
+	msg, err := relaymsg.Encode(&relaymsg.Assign{Job: job.ID, Worker: job.Worker})
+	if err == nil {
+		err = d.post.Post(ctx, job.Listener, msg)
+	}
+	if err == nil {
+		return
+	}
+	d.log.Warn("listener unreachable; failing job", "job", job.ID, "listener", job.Listener, "err", err)
+	if _, ferr := d.store.Fail(ctx, job.ID, "listener_gone", true, d.now()); ferr != nil {
+		d.log.Error("fail job after listener loss", "job", job.ID, "err", ferr)
+	}
+}

@@ -1,0 +1,329 @@
+// Package listener is an API instance's connection to the relay. The API
+// holds each client's prompt in memory and the worker streams the reply to
+// the listener connection the job names; the listener hands each message to
+// the request waiting for that job. In AWS the API function joins API
+// Gateway's WebSocket API this way; on one machine it joins the local relay.
+package listener
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+)
+
+// ErrLost is delivered to a job's mailbox when the connection its replies
+// were addressed to closed: nothing more will arrive for it.
+var ErrLost = errors.New("listener: relay connection lost")
+
+// rollAfter is when a connection is replaced: API Gateway closes
+// connections at 2 h, so a fresh one takes new jobs well before, and the
+// old one lives on for the jobs addressed to it.
+const rollAfter = 110 * time.Minute
+
+// heartbeatEvery keeps the connection inside API Gateway's 10 min idle
+// timeout even when no job runs.
+const heartbeatEvery = 4 * time.Minute
+
+// Config configures a Listener.
+type Config struct {
+	URL    string // ws:// or wss:// of the relay
+	Secret string // the relay's listener secret
+	Log    *slog.Logger
+	// RollAfter overrides rollAfter (tests).
+	RollAfter time.Duration
+}
+
+// Listener keeps a relay connection up and routes messages to jobs.
+type Listener struct {
+	cfg Config
+
+	mu      sync.Mutex
+	current *conn
+	boxes   map[string]*Mailbox
+	closed  bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type conn struct {
+	ws   *websocket.Conn
+	id   string
+	born time.Time
+	jobs int // mailboxes addressed to this connection
+	dead bool
+}
+
+// Start dials the relay and keeps a connection up until Close.
+func Start(ctx context.Context, cfg Config) (*Listener, error) {
+	if cfg.RollAfter == 0 {
+		cfg.RollAfter = rollAfter
+	}
+	l := &Listener{cfg: cfg, boxes: map[string]*Mailbox{}, done: make(chan struct{})}
+	c, err := l.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.current = c
+	runCtx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.maintain(runCtx)
+	return l, nil
+}
+
+// Conn returns the connection id new jobs should name.
+func (l *Listener) Conn() (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.current == nil || l.current.dead {
+		return "", fmt.Errorf("listener: %w", ErrLost)
+	}
+	return l.current.id, nil
+}
+
+// Subscribe opens the mailbox of a job addressed to connection id conn.
+// Subscribe before the job can receive anything, and Close the mailbox when
+// done.
+func (l *Listener) Subscribe(job, connID string) (*Mailbox, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.current == nil || l.current.id != connID || l.current.dead {
+		return nil, fmt.Errorf("listener: subscribe %s: %w", job, ErrLost)
+	}
+	b := &Mailbox{job: job, l: l, conn: l.current, signal: make(chan struct{}, 1)}
+	l.current.jobs++
+	l.boxes[job] = b
+	return b, nil
+}
+
+// Close stops the listener and its connections.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	<-l.done
+	return nil
+}
+
+func (l *Listener) dial(ctx context.Context) (*conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(dctx, l.cfg.URL, &websocket.DialOptions{
+		HTTPHeader: http.Header{relaymsg.HeaderListener: []string{l.cfg.Secret}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listener: dial %s: %w", l.cfg.URL, err)
+	}
+	ws.SetReadLimit(relaymsg.MaxMessage)
+	hello, err := relaymsg.Encode(&relaymsg.Hello{})
+	if err != nil {
+		return nil, err
+	}
+	if err := ws.Write(dctx, websocket.MessageText, hello); err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("listener: hello: %w", err)
+	}
+	_, b, err := ws.Read(dctx)
+	if err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("listener: welcome: %w", err)
+	}
+	m, err := relaymsg.Decode(b)
+	if err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("listener: welcome: %w", err)
+	}
+	w, ok := m.(*relaymsg.Welcome)
+	if !ok {
+		ws.CloseNow()
+		return nil, fmt.Errorf("listener: expected welcome, got %T", m)
+	}
+	c := &conn{ws: ws, id: w.Conn, born: time.Now()}
+	go l.read(c)
+	return c, nil
+}
+
+// maintain replaces the current connection when it dies or ages, and
+// heartbeats it.
+func (l *Listener) maintain(ctx context.Context) {
+	defer close(l.done)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastBeat := time.Now()
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			l.mu.Lock()
+			c := l.current
+			l.mu.Unlock()
+			if c != nil {
+				c.ws.Close(websocket.StatusNormalClosure, "shutting down")
+			}
+			return
+		case <-tick.C:
+		}
+		l.mu.Lock()
+		c := l.current
+		l.mu.Unlock()
+		if c != nil && !c.dead && time.Since(c.born) < l.cfg.RollAfter {
+			if time.Since(lastBeat) >= heartbeatEvery {
+				lastBeat = time.Now()
+				if hb, err := relaymsg.Encode(&relaymsg.Heartbeat{}); err == nil {
+					wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_ = c.ws.Write(wctx, websocket.MessageText, hb) // a failure shows up in read
+					cancel()
+				}
+			}
+			continue
+		}
+		next, err := l.dial(ctx)
+		if err != nil {
+			l.cfg.Log.Warn("relay listener reconnect failed", "err", err, "retry_in", backoff)
+			time.Sleep(backoff + rand.N(backoff))
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		l.mu.Lock()
+		old := l.current
+		l.current = next
+		l.mu.Unlock()
+		l.cfg.Log.Info("relay listener connected", "conn", next.id)
+		l.retire(old)
+	}
+}
+
+// retire closes an old connection once no job is addressed to it.
+func (l *Listener) retire(c *conn) {
+	if c == nil {
+		return
+	}
+	l.mu.Lock()
+	idle := c.jobs == 0
+	l.mu.Unlock()
+	if idle {
+		c.ws.Close(websocket.StatusNormalClosure, "rolled")
+	}
+	// Otherwise the last mailbox to close does it (Mailbox.Close).
+}
+
+func (l *Listener) read(c *conn) {
+	for {
+		_, b, err := c.ws.Read(context.Background())
+		if err != nil {
+			l.lose(c, err)
+			return
+		}
+		m, err := relaymsg.Decode(b)
+		if err != nil {
+			l.cfg.Log.Warn("bad message from relay", "err", err)
+			continue
+		}
+		var job string
+		switch m := m.(type) {
+		case *relaymsg.Assign:
+			job = m.Job
+		case *relaymsg.Lost:
+			job = m.Job
+		case *relaymsg.Chunk:
+			job = m.Job
+		case *relaymsg.Done:
+			job = m.Job
+		case *relaymsg.Fail:
+			job = m.Job
+		case *relaymsg.Error:
+			l.cfg.Log.Warn("relay reported an error", "code", m.Code, "message", m.Message)
+			continue
+		default:
+			continue
+		}
+		l.mu.Lock()
+		box := l.boxes[job]
+		l.mu.Unlock()
+		if box != nil {
+			box.put(m)
+		}
+	}
+}
+
+// lose marks a connection dead and tells every job addressed to it.
+func (l *Listener) lose(c *conn, err error) {
+	l.mu.Lock()
+	c.dead = true
+	var lost []*Mailbox
+	for _, b := range l.boxes {
+		if b.conn == c {
+			lost = append(lost, b)
+		}
+	}
+	closed := l.closed
+	l.mu.Unlock()
+	if !closed {
+		l.cfg.Log.Warn("relay listener connection lost", "conn", c.id, "err", err, "jobs", len(lost))
+	}
+	for _, b := range lost {
+		b.put(ErrLost)
+	}
+}
+
+// Mailbox receives one job's messages in arrival order, unbounded, so the
+// connection's reader never waits on a slow client.
+type Mailbox struct {
+	job    string
+	l      *Listener
+	conn   *conn
+	mu     sync.Mutex
+	queue  []any
+	signal chan struct{}
+}
+
+func (b *Mailbox) put(m any) {
+	b.mu.Lock()
+	b.queue = append(b.queue, m)
+	b.mu.Unlock()
+	select {
+	case b.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Pop returns the next message, if one is there: a *relaymsg.Assign, Lost,
+// Chunk, Done or Fail, or ErrLost as a value.
+func (b *Mailbox) Pop() (any, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		return nil, false
+	}
+	m := b.queue[0]
+	b.queue[0] = nil
+	b.queue = b.queue[1:]
+	return m, true
+}
+
+// Ready signals that Pop may have something; select on it with timers.
+func (b *Mailbox) Ready() <-chan struct{} { return b.signal }
+
+// Close removes the mailbox; a rolled connection with no job left closes.
+func (b *Mailbox) Close() {
+	l := b.l
+	l.mu.Lock()
+	delete(l.boxes, b.job)
+	b.conn.jobs--
+	retire := b.conn.jobs == 0 && b.conn != l.current && !b.conn.dead
+	l.mu.Unlock()
+	if retire {
+		b.conn.ws.Close(websocket.StatusNormalClosure, "rolled")
+	}
+}

@@ -1,0 +1,316 @@
+// Package relayroutes is the relay function: the $connect, $disconnect and
+// $default routes of the WebSocket API that workers and API listeners
+// connect to. It authenticates connections, registers workers, forwards
+// workers' reply chunks to the listener that holds the client, and starts
+// dispatch when a worker registers.
+//
+// The handler is a plain function over API Gateway's event type: the same
+// code runs as a Lambda behind API Gateway and in the local relay.
+package relayroutes
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/connections"
+	"github.com/c0mpute/c0mpute/functions/credential"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// Store is what the relay routes need from the store.
+type Store interface {
+	GetWorkerToken(ctx context.Context, hash string) (store.Secret, error)
+	UseNonce(ctx context.Context, nonce string, expires time.Time) error
+	PutWorker(ctx context.Context, w store.Worker) error
+	RegisterWorker(ctx context.Context, conn string, models []string) (store.Worker, error)
+	DrainWorker(ctx context.Context, conn string) (store.Worker, error)
+	DeleteWorker(ctx context.Context, conn string) (store.Worker, error)
+	PutListener(ctx context.Context, l store.Listener) error
+	GetListener(ctx context.Context, conn string) (store.Listener, error)
+	DeleteListener(ctx context.Context, conn string) error
+	GetJob(ctx context.Context, id string) (store.Job, error)
+	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
+}
+
+// Poster reaches connections through the management API.
+type Poster interface {
+	Post(ctx context.Context, conn string, data []byte) error
+}
+
+// Dispatcher starts dispatch for models.
+type Dispatcher interface {
+	Dispatch(ctx context.Context, models []string) (int, error)
+}
+
+// Handler serves the relay routes.
+type Handler struct {
+	Store    Store
+	Post     Poster
+	Dispatch Dispatcher
+	Catalog  *catalog.Catalog
+	// ListenerSecret authenticates API listener connections.
+	ListenerSecret string
+	Log            *slog.Logger
+	Now            func() time.Time
+
+	// listeners caches known listener connections: a chunk is forwarded
+	// only to a listener, and listeners are few and long-lived, so the
+	// check costs no store round trip after the first.
+	listeners sync.Map
+}
+
+// Handle routes one event.
+func (h *Handler) Handle(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	conn := req.RequestContext.ConnectionID
+	switch req.RequestContext.RouteKey {
+	case "$connect":
+		status, err := h.connect(ctx, conn, req.Headers)
+		if err != nil {
+			h.Log.Info("connection refused", "conn", conn, "status", status, "reason", err)
+			return events.APIGatewayProxyResponse{StatusCode: status, Body: err.Error()}, nil
+		}
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
+	case "$disconnect":
+		h.disconnect(ctx, conn)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK}, nil
+	default:
+		reply := h.message(ctx, conn, []byte(req.Body))
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK, Body: string(reply)}, nil
+	}
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+// header reads a header case-insensitively: API Gateway passes them as sent.
+func header(hs map[string]string) func(string) string {
+	return func(name string) string {
+		if v, ok := hs[name]; ok {
+			return v
+		}
+		for k, v := range hs {
+			if strings.EqualFold(k, name) {
+				return v
+			}
+		}
+		return ""
+	}
+}
+
+func (h *Handler) connect(ctx context.Context, conn string, hs map[string]string) (int, error) {
+	get := header(hs)
+	now := h.now()
+	if secret := get(relaymsg.HeaderListener); secret != "" {
+		if h.ListenerSecret == "" || subtle.ConstantTimeCompare([]byte(secret), []byte(h.ListenerSecret)) != 1 {
+			return http.StatusUnauthorized, errors.New("bad listener secret")
+		}
+		if err := h.Store.PutListener(ctx, store.Listener{Conn: conn, ConnectedAt: now}); err != nil {
+			return http.StatusInternalServerError, fmt.Errorf("store listener: %w", err)
+		}
+		h.listeners.Store(conn, true)
+		return http.StatusOK, nil
+	}
+	proof, err := relaymsg.VerifyConnect(get, now)
+	if err != nil {
+		return http.StatusUnauthorized, err
+	}
+	if !credential.WellFormed(credential.WorkerTokenPrefix, proof.Token) {
+		return http.StatusUnauthorized, errors.New("worker token is not a cwt_ token")
+	}
+	hash := credential.Hash(proof.Token)
+	tok, err := h.Store.GetWorkerToken(ctx, hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusUnauthorized, errors.New("unknown worker token")
+	case err != nil:
+		return http.StatusInternalServerError, fmt.Errorf("look up worker token: %w", err)
+	case !tok.Active():
+		return http.StatusForbidden, errors.New("worker token revoked")
+	}
+	switch err := h.Store.UseNonce(ctx, proof.Nonce, proof.Expires); {
+	case errors.Is(err, store.ErrExists):
+		return http.StatusUnauthorized, errors.New("connect signature replayed")
+	case err != nil:
+		return http.StatusInternalServerError, fmt.Errorf("record connect nonce: %w", err)
+	}
+	w := store.Worker{Conn: conn, AccountID: tok.AccountID, TokenHash: hash, Pubkey: proof.Pubkey,
+		State: store.WorkerIdle, ConnectedAt: now}
+	if err := h.Store.PutWorker(ctx, w); err != nil {
+		return http.StatusInternalServerError, fmt.Errorf("store worker: %w", err)
+	}
+	return http.StatusOK, nil
+}
+
+func (h *Handler) disconnect(ctx context.Context, conn string) {
+	w, err := h.Store.DeleteWorker(ctx, conn)
+	if errors.Is(err, store.ErrNotFound) {
+		h.listeners.Delete(conn)
+		if err := h.Store.DeleteListener(ctx, conn); err != nil && !errors.Is(err, store.ErrNotFound) {
+			h.Log.Error("delete listener", "conn", conn, "err", err)
+		}
+		return
+	}
+	if err != nil {
+		h.Log.Error("delete worker", "conn", conn, "err", err)
+		return
+	}
+	if w.Job == "" {
+		return
+	}
+	// The worker held a job: its listener decides between moving it to
+	// another worker and failing it, since only the listener knows whether
+	// a token already reached the client.
+	job, err := h.Store.GetJob(ctx, w.Job)
+	if err != nil {
+		h.Log.Error("job of lost worker", "job", w.Job, "err", err)
+		return
+	}
+	msg, err := relaymsg.Encode(&relaymsg.Lost{Job: job.ID, Worker: conn})
+	if err == nil {
+		err = h.Post.Post(ctx, job.Listener, msg)
+	}
+	if err != nil {
+		h.failJob(ctx, job.ID, "worker_lost")
+	}
+}
+
+// failJob ends a job nobody can finish any more, refunded: neither its
+// worker nor its listener can be reached, and neither is the user's fault.
+func (h *Handler) failJob(ctx context.Context, jobID, reason string) {
+	job, err := h.Store.Fail(ctx, jobID, reason, true, h.now())
+	if err != nil {
+		if !errors.Is(err, store.ErrConflict) { // done already: nothing to undo
+			h.Log.Error("fail job", "job", jobID, "reason", reason, "err", err)
+		}
+		return
+	}
+	h.Log.Info("job failed", "job", jobID, "reason", reason)
+	if _, err := h.Dispatch.Dispatch(ctx, []string{job.Model}); err != nil {
+		h.Log.Error("dispatch after failure", "model", job.Model, "err", err)
+	}
+}
+
+// message handles one $default message and returns the reply to send back
+// on the same connection, if any.
+func (h *Handler) message(ctx context.Context, conn string, body []byte) []byte {
+	m, err := relaymsg.Decode(body)
+	if err != nil {
+		return errorReply("bad_message", err.Error())
+	}
+	switch m := m.(type) {
+	case *relaymsg.Register:
+		return h.register(ctx, conn, m)
+	case *relaymsg.Heartbeat:
+		return nil
+	case *relaymsg.Hello:
+		if !h.isListener(ctx, conn) {
+			return errorReply("forbidden", "hello is for listener connections")
+		}
+		return encode(&relaymsg.Welcome{Conn: conn})
+	case *relaymsg.Drain:
+		if _, err := h.Store.DrainWorker(ctx, conn); err != nil {
+			return errorReply("not_registered", "drain: "+err.Error())
+		}
+		return nil
+	case *relaymsg.Chunk:
+		m.From = conn
+		return h.forward(ctx, conn, m.Job, m.To, m)
+	case *relaymsg.Done:
+		m.From = conn
+		return h.forward(ctx, conn, m.Job, m.To, m)
+	case *relaymsg.Fail:
+		m.From = conn
+		return h.forward(ctx, conn, m.Job, m.To, m)
+	}
+	return errorReply("unexpected_message", fmt.Sprintf("%T is not sent to the relay", m))
+}
+
+func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Register) []byte {
+	var models, ignored []string
+	for _, name := range m.Models {
+		model, ok := h.Catalog.Resolve(name)
+		if !ok {
+			ignored = append(ignored, name)
+			continue
+		}
+		if !slices.Contains(models, model.ID) {
+			models = append(models, model.ID)
+		}
+	}
+	if len(models) == 0 {
+		return errorReply("no_models", "none of the registered models is offered by this network")
+	}
+	w, err := h.Store.RegisterWorker(ctx, conn, models)
+	if err != nil {
+		return errorReply("not_registered", "register: "+err.Error())
+	}
+	h.Log.Info("worker registered", "conn", conn, "pubkey", w.Pubkey, "models", models, "agent", m.Agent)
+	// A worker that registers takes the oldest waiting job at once.
+	if _, err := h.Dispatch.Dispatch(ctx, models); err != nil {
+		h.Log.Error("dispatch on registration", "conn", conn, "err", err)
+	}
+	return encode(&relaymsg.Registered{Conn: conn, Models: models, Ignored: ignored})
+}
+
+// forward relays a worker's chunk, done or fail message to the listener it
+// names, stamped with the sender. The listener checks that the sender holds
+// the job; the relay only refuses to address anything but a listener.
+func (h *Handler) forward(ctx context.Context, conn, job, to string, m any) []byte {
+	if !h.isListener(ctx, to) {
+		return errorReply("bad_destination", "chunks go to listener connections only")
+	}
+	b, err := relaymsg.Encode(m)
+	if err == nil {
+		err = h.Post.Post(ctx, to, b)
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, connections.ErrGone) {
+		h.listeners.Delete(to)
+	}
+	h.Log.Warn("listener unreachable; cancelling job", "job", job, "listener", to, "err", err)
+	h.failJob(ctx, job, "listener_gone")
+	return encode(&relaymsg.Cancel{Job: job})
+}
+
+func (h *Handler) isListener(ctx context.Context, conn string) bool {
+	if _, ok := h.listeners.Load(conn); ok {
+		return true
+	}
+	if _, err := h.Store.GetListener(ctx, conn); err != nil {
+		return false
+	}
+	h.listeners.Store(conn, true)
+	return true
+}
+
+func encode(m any) []byte {
+	b, err := relaymsg.Encode(m)
+	if err != nil { // our own small messages always encode
+		return errorReply("internal", "encode reply")
+	}
+	return b
+}
+
+func errorReply(code, msg string) []byte {
+	b, _ := json.Marshal(relaymsg.Error{Header: relaymsg.Header{V: relaymsg.Version, Type: relaymsg.TypeError}, Code: code, Message: msg})
+	return b
+}

@@ -1,0 +1,330 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// CreateAccount implements store.Store.
+func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
+	if a.ID == "" {
+		return errors.New("embedded: create account: empty id")
+	}
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bAccounts)
+		if b.Get([]byte(a.ID)) != nil {
+			return store.ErrExists
+		}
+		return putJSON(b, []byte(a.ID), a)
+	})
+	if err != nil {
+		return fmt.Errorf("embedded: create account %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// GetAccount implements store.Store.
+func (s *Store) GetAccount(ctx context.Context, id string) (store.Account, error) {
+	var a store.Account
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		ok, err := getJSON(tx.Bucket(bAccounts), []byte(id), &a)
+		if err == nil && !ok {
+			err = store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return store.Account{}, fmt.Errorf("embedded: get account %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// grant is what an idempotency key records: enough to audit the grant.
+type grant struct {
+	AccountID string `json:"account_id"`
+	Credits   int64  `json:"credits"`
+	Deposit   bool   `json:"deposit"`
+}
+
+// Grant implements store.Store. Idempotency keys are kept forever: a
+// deposit's transaction signature must never be credited twice, however
+// late the retry.
+func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (bool, error) {
+	if idemKey == "" {
+		return false, fmt.Errorf("embedded: grant to %s: empty idempotency key", accountID)
+	}
+	if credits < 0 {
+		return false, fmt.Errorf("embedded: grant to %s: negative credits %d", accountID, credits)
+	}
+	applied := false
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		grants := tx.Bucket(bGrants)
+		if grants.Get([]byte(idemKey)) != nil {
+			return nil
+		}
+		accounts := tx.Bucket(bAccounts)
+		var a store.Account
+		if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("account: %w", store.ErrNotFound)
+		}
+		a.Credits += credits
+		if deposit {
+			a.TotalDeposited += credits
+		}
+		if err := putJSON(accounts, []byte(accountID), a); err != nil {
+			return err
+		}
+		applied = true
+		return putJSON(grants, []byte(idemKey), grant{AccountID: accountID, Credits: credits, Deposit: deposit})
+	})
+	if err != nil {
+		return false, fmt.Errorf("embedded: grant %d to %s (%s): %w", credits, accountID, idemKey, err)
+	}
+	return applied, nil
+}
+
+// secretKind is one namespace of secrets: API keys or worker tokens.
+type secretKind struct {
+	name      string
+	bucket    []byte
+	byAccount []byte
+	// workers says revoking finds the live worker connections.
+	workers bool
+}
+
+var (
+	apiKeys      = secretKind{name: "api key", bucket: bAPIKeys, byAccount: bAPIKeysByAccount}
+	workerTokens = secretKind{name: "worker token", bucket: bTokens, byAccount: bTokensByAccount, workers: true}
+)
+
+// PutAPIKey implements store.Store.
+func (s *Store) PutAPIKey(ctx context.Context, sec store.Secret) error {
+	return s.putSecret(ctx, apiKeys, sec)
+}
+
+// GetAPIKey implements store.Store.
+func (s *Store) GetAPIKey(ctx context.Context, hash string) (store.Secret, error) {
+	return s.getSecret(ctx, apiKeys, hash)
+}
+
+// ListAPIKeys implements store.Store.
+func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]store.Secret, error) {
+	return s.listSecrets(ctx, apiKeys, accountID)
+}
+
+// RevokeAPIKey implements store.Store.
+func (s *Store) RevokeAPIKey(ctx context.Context, accountID, id string, at time.Time) error {
+	_, err := s.revokeSecret(ctx, apiKeys, accountID, id, at)
+	return err
+}
+
+// PutWorkerToken implements store.Store.
+func (s *Store) PutWorkerToken(ctx context.Context, sec store.Secret) error {
+	return s.putSecret(ctx, workerTokens, sec)
+}
+
+// GetWorkerToken implements store.Store.
+func (s *Store) GetWorkerToken(ctx context.Context, hash string) (store.Secret, error) {
+	return s.getSecret(ctx, workerTokens, hash)
+}
+
+// ListWorkerTokens implements store.Store.
+func (s *Store) ListWorkerTokens(ctx context.Context, accountID string) ([]store.Secret, error) {
+	return s.listSecrets(ctx, workerTokens, accountID)
+}
+
+// RevokeWorkerToken implements store.Store. It returns the live
+// connections on the token even when the token was already revoked, so a
+// retried revoke still finds workers that a lost first reply left behind.
+func (s *Store) RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) ([]string, error) {
+	return s.revokeSecret(ctx, workerTokens, accountID, id, at)
+}
+
+func (s *Store) putSecret(ctx context.Context, kind secretKind, sec store.Secret) error {
+	if sec.Hash == "" || sec.AccountID == "" {
+		return fmt.Errorf("embedded: put %s: empty hash or account", kind.name)
+	}
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(kind.bucket)
+		if b.Get([]byte(sec.Hash)) != nil {
+			return store.ErrExists
+		}
+		if sec.Active() {
+			mine, err := accountSecrets(tx, kind, sec.AccountID)
+			if err != nil {
+				return err
+			}
+			active := 0
+			for _, m := range mine {
+				if m.Active() {
+					active++
+				}
+			}
+			if active >= store.MaxActiveKeys {
+				return fmt.Errorf("%d active: %w", active, store.ErrLimit)
+			}
+		}
+		if err := putJSON(b, []byte(sec.Hash), sec); err != nil {
+			return err
+		}
+		return tx.Bucket(kind.byAccount).Put(secretIndexKey(sec), nil)
+	})
+	if err != nil {
+		return fmt.Errorf("embedded: put %s %s for %s: %w", kind.name, sec.ID, sec.AccountID, err)
+	}
+	return nil
+}
+
+func (s *Store) getSecret(ctx context.Context, kind secretKind, hash string) (store.Secret, error) {
+	var sec store.Secret
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		ok, err := getJSON(tx.Bucket(kind.bucket), []byte(hash), &sec)
+		if err == nil && !ok {
+			err = store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return store.Secret{}, fmt.Errorf("embedded: get %s: %w", kind.name, err)
+	}
+	return sec, nil
+}
+
+func (s *Store) listSecrets(ctx context.Context, kind secretKind, accountID string) ([]store.Secret, error) {
+	var out []store.Secret
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		var err error
+		out, err = accountSecrets(tx, kind, accountID)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: list %ss of %s: %w", kind.name, accountID, err)
+	}
+	return out, nil
+}
+
+// accountSecrets returns an account's secrets, oldest first (the index
+// orders them by CreatedAt, then hash).
+func accountSecrets(tx *bolt.Tx, kind secretKind, accountID string) ([]store.Secret, error) {
+	var out []store.Secret
+	prefix := prefixKey(accountID)
+	b := tx.Bucket(kind.bucket)
+	c := tx.Bucket(kind.byAccount).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+		hash := k[len(prefix)+8:]
+		var sec store.Secret
+		if ok, err := getJSON(b, hash, &sec); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, fmt.Errorf("index entry for missing %s %x", kind.name, hash)
+		}
+		out = append(out, sec)
+	}
+	return out, nil
+}
+
+// revokeSecret revokes the account's secrets with public id and returns the
+// connections of live workers on them. Ids are hash prefixes, so two of one
+// account's secrets could share one; both are revoked, which errs on the
+// safe side.
+func (s *Store) revokeSecret(ctx context.Context, kind secretKind, accountID, id string, at time.Time) ([]string, error) {
+	if at.IsZero() {
+		// A zero RevokedAt means active: revoking at the zero time would
+		// silently revoke nothing.
+		return nil, fmt.Errorf("embedded: revoke %s %s: zero time", kind.name, id)
+	}
+	var conns []string
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		mine, err := accountSecrets(tx, kind, accountID)
+		if err != nil {
+			return err
+		}
+		hashes := map[string]bool{}
+		for _, sec := range mine {
+			if sec.ID != id {
+				continue
+			}
+			hashes[sec.Hash] = true
+			if !sec.Active() {
+				continue // revoking twice keeps the first time
+			}
+			sec.RevokedAt = at
+			if err := putJSON(tx.Bucket(kind.bucket), []byte(sec.Hash), sec); err != nil {
+				return err
+			}
+		}
+		if len(hashes) == 0 {
+			return store.ErrNotFound
+		}
+		if !kind.workers {
+			return nil
+		}
+		return tx.Bucket(bWorkers).ForEach(func(k, v []byte) error {
+			var w store.Worker
+			if err := decode(k, v, &w); err != nil {
+				return err
+			}
+			if hashes[w.TokenHash] {
+				conns = append(conns, w.Conn)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: revoke %s %s of %s: %w", kind.name, id, accountID, err)
+	}
+	return conns, nil
+}
+
+// UseNonce implements store.Store, judging expiry by the store's clock.
+// Each call also deletes a bounded batch of expired nonces, so the table
+// does not grow with every sign-in ever made.
+func (s *Store) UseNonce(ctx context.Context, nonce string, expires time.Time) error {
+	if nonce == "" {
+		return errors.New("embedded: use nonce: empty nonce")
+	}
+	now := s.now()
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		nonces := tx.Bucket(bNonces)
+		expiry := tx.Bucket(bNonceExpiry)
+		var old time.Time
+		if ok, err := getJSON(nonces, []byte(nonce), &old); err != nil {
+			return err
+		} else if ok {
+			if now.Before(old) {
+				return store.ErrExists
+			}
+			if err := expiry.Delete(append(timeKey(old), nonce...)); err != nil {
+				return err
+			}
+		}
+		if err := putJSON(nonces, []byte(nonce), expires); err != nil {
+			return err
+		}
+		if err := expiry.Put(append(timeKey(expires), nonce...), nil); err != nil {
+			return err
+		}
+		swept, err := deleteKeysBefore(expiry, timeKey(now), nonceSweepBatch)
+		if err != nil {
+			return err
+		}
+		for _, k := range swept {
+			if err := nonces.Delete(k[8:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("embedded: use nonce: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,471 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// Admit implements store.Store. The checks run before any write, so an
+// error leaves every record, the rate-limit count included, as it was.
+func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, error) {
+	in := r.Job
+	if in.ID == "" {
+		return store.Job{}, errors.New("embedded: admit: empty job id")
+	}
+	if in.Price < 0 {
+		return store.Job{}, fmt.Errorf("embedded: admit job %s: negative price %d", in.ID, in.Price)
+	}
+	var job store.Job
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var key store.Secret
+		if ok, err := getJSON(tx.Bucket(bAPIKeys), []byte(r.KeyHash), &key); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("api key: %w", store.ErrNotFound)
+		}
+		if !key.Active() {
+			return fmt.Errorf("api key %s: %w", key.ID, store.ErrRevoked)
+		}
+		accountID := in.AccountID
+		if accountID == "" {
+			accountID = key.AccountID
+		} else if accountID != key.AccountID {
+			return fmt.Errorf("job account %q is not the api key's account", accountID)
+		}
+		jobs := tx.Bucket(bJobs)
+		if jobs.Get([]byte(in.ID)) != nil {
+			return fmt.Errorf("job: %w", store.ErrExists)
+		}
+
+		windows := tx.Bucket(bRateWindows)
+		wk := append(timeKey(r.Window), r.KeyHash...)
+		var count int64
+		if _, err := getJSON(windows, wk, &count); err != nil {
+			return err
+		}
+		if count >= r.Limit {
+			return fmt.Errorf("api key %s: %d of %d requests in window: %w", key.ID, count, r.Limit, store.ErrRateLimited)
+		}
+
+		accounts := tx.Bucket(bAccounts)
+		var a store.Account
+		if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("account %s: %w", accountID, store.ErrNotFound)
+		}
+		fromAllowance := min(max(a.FreeAllowanceLeft, 0), in.Price)
+		fromCredits := in.Price - fromAllowance
+		if fromCredits > a.Credits {
+			return fmt.Errorf("account %s: price %d, allowance %d, credits %d: %w",
+				accountID, in.Price, a.FreeAllowanceLeft, a.Credits, store.ErrInsufficientCredits)
+		}
+
+		// Every check passed: from here on only writes.
+		a.FreeAllowanceLeft -= fromAllowance
+		a.Credits -= fromCredits
+		a.TotalSpent += in.Price
+		if err := putJSON(accounts, []byte(accountID), a); err != nil {
+			return err
+		}
+		if err := putJSON(windows, wk, count+1); err != nil {
+			return err
+		}
+		if err := pruneRateWindows(tx, r.Window); err != nil {
+			return err
+		}
+		job = store.Job{
+			ID:            in.ID,
+			AccountID:     accountID,
+			Model:         in.Model,
+			Price:         in.Price,
+			FromAllowance: fromAllowance,
+			State:         store.JobQueued,
+			Listener:      in.Listener,
+			Created:       in.Created,
+			Updated:       in.Updated,
+		}
+		if job.Updated.IsZero() {
+			job.Updated = job.Created
+		}
+		if err := putJSON(jobs, []byte(job.ID), job); err != nil {
+			return err
+		}
+		return tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil)
+	})
+	if err != nil {
+		return store.Job{}, fmt.Errorf("embedded: admit job %s: %w", in.ID, err)
+	}
+	return job, nil
+}
+
+// pruneRateWindows deletes rate-limit counters of windows more than
+// rateWindowRetention older than the newest window seen. The newest is kept
+// rather than taken from this request so that one caller with a lagging
+// clock cannot make the store forget current windows.
+func pruneRateWindows(tx *bolt.Tx, window time.Time) error {
+	counters := tx.Bucket(bCounters)
+	var newest time.Time
+	if _, err := getJSON(counters, cNewestWindow, &newest); err != nil {
+		return err
+	}
+	if !window.After(newest) {
+		return nil // nothing new can have aged out since the last prune
+	}
+	if err := putJSON(counters, cNewestWindow, window); err != nil {
+		return err
+	}
+	_, err := deleteKeysBefore(tx.Bucket(bRateWindows), timeKey(window.Add(-rateWindowRetention)), 0)
+	return err
+}
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	var j store.Job
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		var err error
+		j, err = loadJob(tx, id)
+		return err
+	})
+	if err != nil {
+		return store.Job{}, fmt.Errorf("embedded: get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+func loadJob(tx *bolt.Tx, id string) (store.Job, error) {
+	var j store.Job
+	ok, err := getJSON(tx.Bucket(bJobs), []byte(id), &j)
+	if err != nil {
+		return store.Job{}, err
+	}
+	if !ok {
+		return store.Job{}, fmt.Errorf("job: %w", store.ErrNotFound)
+	}
+	return j, nil
+}
+
+// QueuedJobs implements store.Store. A limit of 0 or less returns no jobs.
+func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]store.Job, error) {
+	var out []store.Job
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		prefix := prefixKey(model)
+		c := tx.Bucket(bQueue).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && len(out) < limit && hasPrefix(k, prefix); k, _ = c.Next() {
+			_, id := splitQueueKey(k)
+			j, err := loadJob(tx, id)
+			if err != nil {
+				return fmt.Errorf("queue entry %s: %w", id, err)
+			}
+			out = append(out, j)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: queued jobs for %s: %w", model, err)
+	}
+	return out, nil
+}
+
+func hasPrefix(k, prefix []byte) bool {
+	return len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix)
+}
+
+// Assign implements store.Store.
+func (s *Store) Assign(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error) {
+	var job store.Job
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var err error
+		job, err = loadJob(tx, jobID)
+		if err != nil {
+			return err
+		}
+		w, ok, err := loadWorker(tx, worker)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("worker %s: %w", worker, store.ErrNotFound)
+		}
+		if job.State != store.JobQueued {
+			return fmt.Errorf("job is %s: %w", job.State, store.ErrConflict)
+		}
+		switch {
+		case !w.Registered:
+			return fmt.Errorf("worker %s is not registered: %w", worker, store.ErrConflict)
+		case w.Draining:
+			return fmt.Errorf("worker %s is draining: %w", worker, store.ErrConflict)
+		case w.State != store.WorkerIdle:
+			return fmt.Errorf("worker %s is %s: %w", worker, w.State, store.ErrConflict)
+		case !w.Serves(job.Model):
+			return fmt.Errorf("worker %s does not serve %s: %w", worker, job.Model, store.ErrConflict)
+		}
+		if err := tx.Bucket(bQueue).Delete(queueKey(job.Model, job.Created, job.ID)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bAssigned).Put([]byte(job.ID), nil); err != nil {
+			return err
+		}
+		job.State = store.JobAssigned
+		job.Worker = worker
+		job.WorkerAccount = w.AccountID
+		job.Attempts++
+		job.Updated = at
+		if err := putJSON(tx.Bucket(bJobs), []byte(job.ID), job); err != nil {
+			return err
+		}
+		w.State = store.WorkerBusy
+		w.Job = job.ID
+		return putJSON(tx.Bucket(bWorkers), []byte(worker), w)
+	})
+	if err != nil {
+		return store.Job{}, fmt.Errorf("embedded: assign job %s to %s: %w", jobID, worker, err)
+	}
+	return job, nil
+}
+
+// Requeue implements store.Store. The job keeps its place in the queue: it
+// is indexed by its original Created time, so it goes out before younger
+// jobs.
+func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error) {
+	var job store.Job
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var err error
+		job, err = loadJob(tx, jobID)
+		if err != nil {
+			return err
+		}
+		if job.State != store.JobAssigned || job.Worker != worker {
+			return fmt.Errorf("job is %s on %q: %w", job.State, job.Worker, store.ErrConflict)
+		}
+		if err := freeWorker(tx, worker, jobID, 0); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bAssigned).Delete([]byte(job.ID)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil); err != nil {
+			return err
+		}
+		job.State = store.JobQueued
+		job.Worker = ""
+		job.WorkerAccount = ""
+		job.Updated = at
+		return putJSON(tx.Bucket(bJobs), []byte(job.ID), job)
+	})
+	if err != nil {
+		return store.Job{}, fmt.Errorf("embedded: requeue job %s from %s: %w", jobID, worker, err)
+	}
+	return job, nil
+}
+
+// freeWorker makes the worker idle if its record still exists and still
+// holds jobID, and records a measured speed (milliTokPerSec > 0) if it still
+// exists at all.
+func freeWorker(tx *bolt.Tx, conn, jobID string, milliTokPerSec int64) error {
+	w, ok, err := loadWorker(tx, conn)
+	if err != nil || !ok {
+		return err
+	}
+	changed := false
+	if milliTokPerSec > 0 {
+		w.MilliTokPerSec = milliTokPerSec
+		changed = true
+	}
+	if w.Job == jobID {
+		w.State = store.WorkerIdle
+		w.Job = ""
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
+}
+
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, c store.Completion) error {
+	if c.Earning < 0 || c.PromptTokens < 0 || c.CompletionTokens < 0 {
+		return fmt.Errorf("embedded: complete job %s: negative earning or token count", c.JobID)
+	}
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		job, err := loadJob(tx, c.JobID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case job.State == store.JobDone:
+			return nil // a retry: the first call did everything
+		case job.State != store.JobAssigned || job.Worker != c.Worker:
+			return fmt.Errorf("job is %s on %q: %w", job.State, job.Worker, store.ErrConflict)
+		}
+		if c.Earning > 0 {
+			accounts := tx.Bucket(bAccounts)
+			var a store.Account
+			if ok, err := getJSON(accounts, []byte(job.WorkerAccount), &a); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("worker account %q: %w", job.WorkerAccount, store.ErrNotFound)
+			}
+			a.Earned += c.Earning
+			if err := putJSON(accounts, []byte(a.ID), a); err != nil {
+				return err
+			}
+		}
+		if err := freeWorker(tx, c.Worker, c.JobID, c.MilliTokPerSec); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bAssigned).Delete([]byte(job.ID)); err != nil {
+			return err
+		}
+		job.State = store.JobDone
+		job.Updated = c.At
+		job.PromptTokens = c.PromptTokens
+		job.CompletionTokens = c.CompletionTokens
+		if err := putJSON(tx.Bucket(bJobs), []byte(job.ID), job); err != nil {
+			return err
+		}
+		return countCompletion(tx, c.CompletionTokens, c.At)
+	})
+	if err != nil {
+		return fmt.Errorf("embedded: complete job %s on %s: %w", c.JobID, c.Worker, err)
+	}
+	return nil
+}
+
+// countCompletion updates the Stats counters and the per-minute token
+// bucket of the minute at falls in, dropping buckets too old to matter.
+func countCompletion(tx *bolt.Tx, tokens int64, at time.Time) error {
+	counters := tx.Bucket(bCounters)
+	if err := addCounter(counters, cJobsCompleted, 1); err != nil {
+		return err
+	}
+	if err := addCounter(counters, cTokensServed, tokens); err != nil {
+		return err
+	}
+	minutes := tx.Bucket(bTokenMinutes)
+	minute := at.Truncate(time.Minute)
+	if err := addCounter(minutes, timeKey(minute), tokens); err != nil {
+		return err
+	}
+	_, err := deleteKeysBefore(minutes, timeKey(minute.Add(-tokenMinuteRetention)), 0)
+	return err
+}
+
+// Fail implements store.Store.
+func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error) {
+	var job store.Job
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var err error
+		job, err = failJob(tx, jobID, reason, refund, at)
+		return err
+	})
+	if err != nil {
+		return store.Job{}, fmt.Errorf("embedded: fail job %s: %w", jobID, err)
+	}
+	return job, nil
+}
+
+func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (store.Job, error) {
+	job, err := loadJob(tx, jobID)
+	if err != nil {
+		return store.Job{}, err
+	}
+	switch job.State {
+	case store.JobDone:
+		return store.Job{}, fmt.Errorf("job is done: %w", store.ErrConflict)
+	case store.JobFailed:
+		if !refund || job.Refunded {
+			return job, nil
+		}
+	case store.JobQueued:
+		if err := tx.Bucket(bQueue).Delete(queueKey(job.Model, job.Created, job.ID)); err != nil {
+			return store.Job{}, err
+		}
+	case store.JobAssigned:
+		if err := freeWorker(tx, job.Worker, job.ID, 0); err != nil {
+			return store.Job{}, err
+		}
+		if err := tx.Bucket(bAssigned).Delete([]byte(job.ID)); err != nil {
+			return store.Job{}, err
+		}
+	default:
+		return store.Job{}, fmt.Errorf("job in unknown state %q", job.State)
+	}
+	if job.State != store.JobFailed {
+		job.State = store.JobFailed
+		job.FailReason = reason
+		job.Updated = at
+	}
+	if refund && !job.Refunded {
+		accounts := tx.Bucket(bAccounts)
+		var a store.Account
+		if ok, err := getJSON(accounts, []byte(job.AccountID), &a); err != nil {
+			return store.Job{}, err
+		} else if !ok {
+			return store.Job{}, fmt.Errorf("account %s: %w", job.AccountID, store.ErrNotFound)
+		}
+		a.Credits += job.Price - job.FromAllowance
+		a.FreeAllowanceLeft += job.FromAllowance
+		a.TotalSpent -= job.Price
+		if err := putJSON(accounts, []byte(a.ID), a); err != nil {
+			return store.Job{}, err
+		}
+		job.Refunded = true
+	}
+	if err := putJSON(tx.Bucket(bJobs), []byte(job.ID), job); err != nil {
+		return store.Job{}, err
+	}
+	return job, nil
+}
+
+// Stats implements store.Store. It scans workers and the queue index, which
+// stay small (live connections, waiting jobs); the totals are counters.
+func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
+	st := store.Stats{WorkersByModel: map[string]int64{}, QueueByModel: map[string]int64{}}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		err := tx.Bucket(bWorkers).ForEach(func(k, v []byte) error {
+			var w store.Worker
+			if err := decode(k, v, &w); err != nil {
+				return err
+			}
+			if w.Registered {
+				for _, m := range w.Models {
+					st.WorkersByModel[m]++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		err = tx.Bucket(bQueue).ForEach(func(k, _ []byte) error {
+			model, _ := splitQueueKey(k)
+			st.QueueByModel[model]++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		counters := tx.Bucket(bCounters)
+		if _, err := getJSON(counters, cJobsCompleted, &st.JobsCompleted); err != nil {
+			return err
+		}
+		if _, err := getJSON(counters, cTokensServed, &st.TokensServed); err != nil {
+			return err
+		}
+		lastFull := now.Truncate(time.Minute).Add(-time.Minute)
+		_, err = getJSON(tx.Bucket(bTokenMinutes), timeKey(lastFull), &st.TokensLastMinute)
+		return err
+	})
+	if err != nil {
+		return store.Stats{}, fmt.Errorf("embedded: stats: %w", err)
+	}
+	return st, nil
+}

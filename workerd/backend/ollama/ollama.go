@@ -1,0 +1,312 @@
+// Package ollama is a workerd backend over Ollama's native API
+// (/api/tags, /api/chat). It translates OpenAI-shaped requests to Ollama's
+// and Ollama's NDJSON stream back to OpenAI-shaped deltas.
+package ollama
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/workerd/backend"
+)
+
+// DefaultMaxLine bounds one NDJSON line of the stream. A reply chunk is a
+// token or, when Ollama returns tool calls, whole calls with their
+// arguments; anything longer is treated as a broken server.
+const DefaultMaxLine = 8 << 20
+
+// Backend talks to one Ollama server.
+type Backend struct {
+	base    string
+	hc      *http.Client
+	maxLine int
+	newID   func() string
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithHTTPClient replaces the default client (which has no overall
+// timeout: the request's context governs).
+func WithHTTPClient(c *http.Client) Option { return func(b *Backend) { b.hc = c } }
+
+// WithMaxLine sets the longest stream line accepted, in bytes.
+func WithMaxLine(n int) Option { return func(b *Backend) { b.maxLine = n } }
+
+// New returns a backend for the Ollama at baseURL, e.g.
+// http://127.0.0.1:11434.
+func New(baseURL string, opts ...Option) *Backend {
+	b := &Backend{base: strings.TrimRight(baseURL, "/"), hc: defaultClient(), maxLine: DefaultMaxLine, newID: callID}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+func defaultClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          32,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
+}
+
+// Name is "ollama".
+func (b *Backend) Name() string { return "ollama" }
+
+// StatusError is a non-2xx answer from Ollama, with its error text.
+type StatusError struct {
+	StatusCode int
+	Message    string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("ollama: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// Models lists the models the server has (GET /api/tags), by name.
+func (b *Backend) Models(ctx context.Context) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/api/tags", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := b.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var tags struct {
+		Models []struct {
+			Name  string `json:"name"`
+			Model string `json:"model"`
+		} `json:"models"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&tags); err != nil {
+		return nil, fmt.Errorf("ollama: decode /api/tags: %w", err)
+	}
+	names := make([]string, 0, len(tags.Models))
+	for _, m := range tags.Models {
+		if m.Name == "" {
+			m.Name = m.Model
+		}
+		names = append(names, m.Name)
+	}
+	return names, nil
+}
+
+// Chat runs req on model with POST /api/chat, streaming.
+func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (backend.Result, error) {
+	body, err := translate(model, req)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	ctx, cancel := context.WithCancel(ctx) // closing the stream early cancels the generation
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+"/api/chat", bytes.NewReader(payload))
+	if err != nil {
+		return backend.Result{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/x-ndjson")
+	resp, err := b.do(hreq)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	defer resp.Body.Close()
+	d := &decoder{newID: b.newID}
+	res, err := d.stream(resp.Body, b.maxLine, emit)
+	if err != nil && ctx.Err() != nil && !d.emitFailed {
+		return res, ctx.Err()
+	}
+	return res, err
+}
+
+// do sends req and turns a non-2xx answer into a *StatusError.
+func (b *Backend) do(req *http.Request) (*http.Response, error) {
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, fmt.Errorf("ollama: %w", err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := strings.TrimSpace(string(raw))
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	if msg == "" {
+		msg = resp.Status
+	}
+	return nil, &StatusError{StatusCode: resp.StatusCode, Message: msg}
+}
+
+// callID is a fresh tool call id: Ollama's calls have none.
+func callID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "call_" + hex.EncodeToString(b[:])
+}
+
+// chunk is one line of Ollama's chat stream.
+type chunk struct {
+	Message struct {
+		Content   string `json:"content"`
+		Thinking  string `json:"thinking"`
+		ToolCalls []struct {
+			ID       string `json:"id"`
+			Function struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"message"`
+	Done            bool            `json:"done"`
+	DoneReason      string          `json:"done_reason"`
+	PromptEvalCount int64           `json:"prompt_eval_count"`
+	EvalCount       int64           `json:"eval_count"`
+	Error           json.RawMessage `json:"error"`
+}
+
+// decoder turns stream lines into deltas.
+type decoder struct {
+	newID      func() string
+	calls      int // tool calls emitted so far
+	done       bool
+	result     backend.Result
+	emitFailed bool
+}
+
+// stream reads the NDJSON stream to its done line, emitting deltas.
+func (d *decoder) stream(r io.Reader, maxLine int, emit func(oaiwire.Delta) error) (backend.Result, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), maxLine)
+	for sc.Scan() {
+		deltas, err := d.line(sc.Bytes())
+		if err != nil {
+			return backend.Result{}, err
+		}
+		for _, dl := range deltas {
+			if err := emit(dl); err != nil {
+				d.emitFailed = true
+				return backend.Result{}, err
+			}
+		}
+		if d.done {
+			return d.result, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return backend.Result{}, fmt.Errorf("ollama: stream line longer than %d bytes", maxLine)
+		}
+		return backend.Result{}, fmt.Errorf("ollama: read stream: %w", err)
+	}
+	return backend.Result{}, errors.New("ollama: stream ended before done")
+}
+
+// line decodes one stream line. Blank lines are skipped.
+func (d *decoder) line(b []byte) ([]oaiwire.Delta, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var c chunk
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("ollama: malformed stream line: %w", err)
+	}
+	if len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null")) {
+		var msg string
+		if json.Unmarshal(c.Error, &msg) != nil {
+			msg = string(c.Error)
+		}
+		return nil, fmt.Errorf("ollama: %s", msg)
+	}
+	var out []oaiwire.Delta
+	if c.Message.Content != "" || c.Message.Thinking != "" {
+		out = append(out, oaiwire.Delta{Content: c.Message.Content, Reasoning: c.Message.Thinking})
+	}
+	for _, tc := range c.Message.ToolCalls {
+		args, err := arguments(tc.Function.Arguments)
+		if err != nil {
+			return nil, err
+		}
+		id := tc.ID
+		if id == "" {
+			id = d.newID()
+		}
+		idx := d.calls
+		d.calls++
+		out = append(out, oaiwire.Delta{ToolCalls: []oaiwire.ToolCall{{
+			Index: &idx, ID: id, Type: "function",
+			Function: oaiwire.FunctionCall{Name: tc.Function.Name, Arguments: args},
+		}}})
+	}
+	if c.Done {
+		d.done = true
+		reason := oaiwire.FinishStop
+		switch {
+		case d.calls > 0:
+			reason = oaiwire.FinishToolCalls
+		case c.DoneReason == "length":
+			reason = oaiwire.FinishLength
+		}
+		d.result = backend.Result{FinishReason: reason, Usage: oaiwire.Usage{
+			PromptTokens:     c.PromptEvalCount,
+			CompletionTokens: c.EvalCount,
+			TotalTokens:      c.PromptEvalCount + c.EvalCount,
+		}}
+	}
+	return out, nil
+}
+
+// arguments renders a call's arguments (an object in Ollama's API) as the
+// JSON string OpenAI's API carries.
+func arguments(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "{}", nil
+	}
+	if raw[0] == '"' { // already a string
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("ollama: malformed tool call arguments: %w", err)
+		}
+		return s, nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return "", fmt.Errorf("ollama: malformed tool call arguments: %w", err)
+	}
+	return b.String(), nil
+}
