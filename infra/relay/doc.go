@@ -54,10 +54,11 @@
 //
 // # Security
 //
-// Management requests must carry a SigV4 Authorization header (the SDK always
-// signs) and, with WithAccessKeyID, that access key id; the signature itself
-// is not verified. The local relay is meant to listen on loopback only, where
-// every local process is trusted as much as the developer's own AWS profile.
+// By default management requests are accepted signed or unsigned. With
+// WithAccessKeyID they must carry a SigV4 Authorization header with that
+// access key id, as AWS requires a signature; the signature itself is never
+// verified. The local relay is meant to listen on loopback only, where every
+// local process is trusted as much as the developer's own AWS profile.
 //
 // # Differences from AWS
 //

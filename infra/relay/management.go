@@ -138,24 +138,24 @@ func (r *Relay) post(w http.ResponseWriter, req *http.Request, c *conn) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// authorize accepts a SigV4-signed request (without checking the signature)
-// from the configured access key id, if there is one.
+// authorize accepts every request unless an access key id is configured;
+// then it takes only SigV4-signed requests (the signature is not checked)
+// made with that key. The default admits unsigned requests because clients
+// of the local relay may use aws.AnonymousCredentials.
 func (r *Relay) authorize(req *http.Request) (int, string) {
-	auth := req.Header.Get("Authorization")
-	rest, ok := strings.CutPrefix(auth, "AWS4-HMAC-SHA256 ")
-	if !ok {
-		return http.StatusForbidden, "Missing Authentication Token"
-	}
 	if r.accessKeyID == "" {
 		return 0, ""
+	}
+	rest, ok := strings.CutPrefix(req.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ")
+	if !ok {
+		return http.StatusForbidden, "Missing Authentication Token"
 	}
 	for part := range strings.SplitSeq(rest, ",") {
 		cred, ok := strings.CutPrefix(strings.TrimSpace(part), "Credential=")
 		if !ok {
 			continue
 		}
-		akid, _, _ := strings.Cut(cred, "/")
-		if akid == r.accessKeyID {
+		if akid, _, _ := strings.Cut(cred, "/"); akid == r.accessKeyID {
 			return 0, ""
 		}
 		break

@@ -122,8 +122,10 @@ func WithDomainName(s string) Option { return func(r *Relay) { r.domainName = s 
 // WithAPIID sets RequestContext.APIID (default "local").
 func WithAPIID(s string) Option { return func(r *Relay) { r.apiID = s } }
 
-// WithAccessKeyID makes management calls signed with any other access key
-// id fail with 403 ForbiddenException. The signature is not verified.
+// WithAccessKeyID makes management calls that are unsigned or signed with
+// any other access key id fail with 403 ForbiddenException, as AWS refuses
+// them. The signature itself is not verified. Without this option every
+// management call is accepted, signed or not (aws.AnonymousCredentials).
 func WithAccessKeyID(id string) Option { return func(r *Relay) { r.accessKeyID = id } }
 
 // Relay is a local API Gateway WebSocket API. Serve it with an http.Server

@@ -137,11 +137,7 @@ func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatReque
 	}
 	defer resp.Body.Close()
 	d := &decoder{newID: b.newID}
-	res, err := d.stream(resp.Body, b.maxLine, emit)
-	if err != nil && ctx.Err() != nil && !d.emitFailed {
-		return res, ctx.Err()
-	}
-	return res, err
+	return d.stream(ctx, resp.Body, b.maxLine, emit)
 }
 
 // do sends req and turns a non-2xx answer into a *StatusError.
@@ -200,15 +196,15 @@ type chunk struct {
 
 // decoder turns stream lines into deltas.
 type decoder struct {
-	newID      func() string
-	calls      int // tool calls emitted so far
-	done       bool
-	result     backend.Result
-	emitFailed bool
+	newID  func() string
+	calls  int // tool calls emitted so far
+	done   bool
+	result backend.Result
 }
 
-// stream reads the NDJSON stream to its done line, emitting deltas.
-func (d *decoder) stream(r io.Reader, maxLine int, emit func(oaiwire.Delta) error) (backend.Result, error) {
+// stream reads the NDJSON stream to its done line, emitting deltas. Once
+// ctx is done it emits nothing more and returns ctx's error.
+func (d *decoder) stream(ctx context.Context, r io.Reader, maxLine int, emit func(oaiwire.Delta) error) (backend.Result, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), maxLine)
 	for sc.Scan() {
@@ -217,8 +213,10 @@ func (d *decoder) stream(r io.Reader, maxLine int, emit func(oaiwire.Delta) erro
 			return backend.Result{}, err
 		}
 		for _, dl := range deltas {
+			if err := ctx.Err(); err != nil {
+				return backend.Result{}, err
+			}
 			if err := emit(dl); err != nil {
-				d.emitFailed = true
 				return backend.Result{}, err
 			}
 		}
@@ -226,13 +224,18 @@ func (d *decoder) stream(r io.Reader, maxLine int, emit func(oaiwire.Delta) erro
 			return d.result, nil
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return backend.Result{}, err
+	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
 			return backend.Result{}, fmt.Errorf("ollama: stream line longer than %d bytes", maxLine)
 		}
 		return backend.Result{}, fmt.Errorf("ollama: read stream: %w", err)
 	}
-	return backend.Result{}, errors.New("ollama: stream ended before done")
+	// Ollama ends a reply this way when it aborts it: 0.6.5 does so
+	// silently when one token repeats more than 30 times.
+	return backend.Result{}, errors.New("ollama: stream ended before done (the server aborted the reply)")
 }
 
 // line decodes one stream line. Blank lines are skipped.

@@ -156,11 +156,7 @@ func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatReque
 	}
 	defer resp.Body.Close()
 	d := &decoder{}
-	res, err := d.stream(resp.Body, b.maxLine, emit)
-	if err != nil && ctx.Err() != nil && !d.emitFailed {
-		return res, ctx.Err()
-	}
-	return res, err
+	return d.stream(ctx, resp.Body, b.maxLine, emit)
 }
 
 // do sends req and turns a non-2xx answer into an *APIError.
@@ -266,17 +262,17 @@ type chunk struct {
 
 // decoder turns events into deltas.
 type decoder struct {
-	finish     string // last finish_reason seen
-	usage      oaiwire.Usage
-	calls      int  // tool call indexes used: the next is calls
-	last       int  // index of the latest fragment, when calls > 0
-	done       bool // [DONE] seen
-	emitFailed bool
+	finish string // last finish_reason seen
+	usage  oaiwire.Usage
+	calls  int  // tool call indexes used: the next is calls
+	last   int  // index of the latest fragment, when calls > 0
+	done   bool // [DONE] seen
 }
 
 // stream reads the event stream to [DONE], emitting deltas. A stream that
-// ends without [DONE] after a finish_reason is accepted.
-func (d *decoder) stream(r io.Reader, maxLine int, emit func(oaiwire.Delta) error) (backend.Result, error) {
+// ends without [DONE] after a finish_reason is accepted. Once ctx is done
+// it emits nothing more and returns ctx's error.
+func (d *decoder) stream(ctx context.Context, r io.Reader, maxLine int, emit func(oaiwire.Delta) error) (backend.Result, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), maxLine)
 	var data []byte
@@ -292,8 +288,10 @@ func (d *decoder) stream(r io.Reader, maxLine int, emit func(oaiwire.Delta) erro
 			return err
 		}
 		for _, dl := range deltas {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if err := emit(dl); err != nil {
-				d.emitFailed = true
 				return err
 			}
 		}
@@ -323,6 +321,9 @@ func (d *decoder) stream(r io.Reader, maxLine int, emit func(oaiwire.Delta) erro
 		if d.done {
 			return d.result(), nil
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return backend.Result{}, err
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {

@@ -1,0 +1,362 @@
+package relaymsg
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+)
+
+var update = flag.Bool("update", false, "rewrite the FuzzDecode seed corpus under testdata/")
+
+func ptr[T any](v T) *T { return &v }
+
+// samples is one valid value of every message type, as its sender fills it.
+func samples() []any {
+	return []any{
+		&Register{Models: []string{"llama3.1:8b", "qwen3:32b"}, Agent: "workerd/0.1.0"},
+		&Heartbeat{},
+		&Drain{},
+		&Chunk{Job: "job_1", To: "TWegAcC4EowCHnA=", From: "R1kmxc2VNjMCFIA=", Seq: 0, Deltas: []oaiwire.Delta{
+			{Role: "assistant", Content: "Hel"},
+			{Content: "lo <b> & \u2028 ünïcödé"},
+			{Reasoning: "thinking"},
+			{ToolCalls: []oaiwire.ToolCall{{Index: ptr(0), ID: "call_1", Type: "function", Function: oaiwire.FunctionCall{Name: "get_weather", Arguments: `{"city":`}}}},
+		}},
+		&Done{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 4, FinishReason: "tool_calls",
+			Usage: oaiwire.Usage{PromptTokens: 12, CompletionTokens: 34, TotalTokens: 46}},
+		&Fail{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 2, Code: "backend_unavailable", Message: "ollama: connection refused"},
+		&Registered{Conn: "R1kmxc2VNjMCFIA=", Models: []string{"llama3.1:8b"}, Ignored: []string{"qwen3:32b"}},
+		&Job{Job: "job_1", ReplyTo: "TWegAcC4EowCHnA=", Model: "llama3.1:8b",
+			Request: oaiwire.ChatRequest{
+				Model: "llama3.1:8b",
+				Messages: []oaiwire.Message{
+					{Role: "system", Content: oaiwire.Content{Text: "Be brief."}},
+					{Role: "user", Content: oaiwire.Content{IsParts: true, Parts: []oaiwire.Part{
+						{Type: "text", Text: "What is this?"},
+						{Type: "image_url", ImageURL: &oaiwire.ImageURL{URL: "data:image/png;base64,iVBORw0KGgo=", Detail: "low"}},
+					}}},
+					{Role: "assistant", Content: oaiwire.Content{Null: true}, ToolCalls: []oaiwire.ToolCall{
+						{ID: "call_1", Type: "function", Function: oaiwire.FunctionCall{Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}},
+					{Role: "tool", ToolCallID: "call_1", Content: oaiwire.Content{Text: "12°C"}},
+				},
+				Stream:        true,
+				StreamOptions: &oaiwire.StreamOptions{IncludeUsage: true},
+				MaxTokens:     ptr[int64](256),
+				Temperature:   ptr(0.7),
+				TopP:          ptr(0.9),
+				Seed:          ptr[int64](42),
+				Stop:          oaiwire.Stop{"\n\n"},
+				Tools: []oaiwire.Tool{{Type: "function", Function: oaiwire.FunctionDef{
+					Name: "get_weather", Description: "Weather for a city",
+					Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"}}}`)}}},
+				ToolChoice:     &oaiwire.ToolChoice{Mode: "auto"},
+				ResponseFormat: &oaiwire.ResponseFormat{Type: "text"},
+			},
+			Deadline: time.Date(2026, 11, 29, 16, 1, 34, 500_000_000, time.UTC)},
+		&Cancel{Job: "job_1"},
+		&Error{Code: "bad_message", Message: "relaymsg: unknown message type \"x\""},
+		&Assign{Job: "job_1", Worker: "R1kmxc2VNjMCFIA="},
+		&Lost{Job: "job_1", Worker: "R1kmxc2VNjMCFIA="},
+		&Hello{},
+		&Welcome{Conn: "TWegAcC4EowCHnA="},
+	}
+}
+
+func TestRoundTripEveryType(t *testing.T) {
+	covered := map[string]bool{}
+	for _, m := range samples() {
+		name := fmt.Sprintf("%T", m)
+		t.Run(name, func(t *testing.T) {
+			b, err := Encode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Decode(b)
+			if err != nil {
+				t.Fatalf("Decode(%s): %v", b, err)
+			}
+			if !reflect.DeepEqual(got, m) {
+				t.Fatalf("round trip changed the message:\n got %#v\nwant %#v", got, m)
+			}
+			h, typ := headerOf(got)
+			if h.V != Version || h.Type != typ {
+				t.Fatalf("header %+v, want v %d type %s", *h, Version, typ)
+			}
+			covered[typ] = true
+		})
+	}
+	for typ := range constructors {
+		if !covered[typ] {
+			t.Errorf("message type %q has no round-trip sample", typ)
+		}
+	}
+}
+
+func TestEncodeStampsHeader(t *testing.T) {
+	b, err := Encode(&Heartbeat{Header: Header{V: 7, Type: TypeJob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"v":1,"type":"heartbeat"}` {
+		t.Fatalf("Encode = %s", b)
+	}
+}
+
+func TestEncodeErrors(t *testing.T) {
+	huge := &Chunk{Job: "j", To: "c", Deltas: []oaiwire.Delta{{Content: strings.Repeat("x", MaxMessage)}}}
+	tests := []struct {
+		name string
+		m    any
+	}{
+		{"nil", nil},
+		{"value, not pointer", Heartbeat{}},
+		{"not a message", &struct{ Header }{}},
+		{"header alone", &Header{}},
+		{"string", "heartbeat"},
+	}
+	for _, tt := range tests {
+		if _, err := Encode(tt.m); err == nil {
+			t.Errorf("%s: Encode succeeded", tt.name)
+		}
+	}
+	if _, err := Encode(huge); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("oversized chunk: %v, want ErrTooLarge", err)
+	}
+}
+
+// job returns a job message whose request is changed by edit.
+func job(edit string) string {
+	req := `{"model":"m","messages":[{"role":"user","content":"hi"}]` + edit + `}`
+	return `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","deadline":"2026-01-01T00:00:00Z","request":` + req + `}`
+}
+
+func TestDecodeErrors(t *testing.T) {
+	chunk := func(extra string) string {
+		return `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[{"content":"x"}]` + extra + `}`
+	}
+	tests := []struct {
+		name, in string
+		want     string // a substring of the error
+	}{
+		// not a message
+		{"empty", ``, "not a JSON object"},
+		{"whitespace", "  \n", "not a JSON object"},
+		{"truncated", `{"v":1,"type":"heartbeat"`, "not a JSON object"},
+		{"array", `[{"v":1,"type":"heartbeat"}]`, "not a JSON object"},
+		{"string", `"heartbeat"`, "not a JSON object"},
+		{"number", `1`, "not a JSON object"},
+		{"null", `null`, "version 0"},
+
+		// version
+		{"no version", `{"type":"heartbeat"}`, "version 0"},
+		{"version 2", `{"v":2,"type":"heartbeat"}`, "version 2"},
+		{"version 0", `{"v":0,"type":"heartbeat"}`, "version 0"},
+		{"version string", `{"v":"1","type":"heartbeat"}`, "not a JSON object"},
+		{"version float", `{"v":1.5,"type":"heartbeat"}`, "not a JSON object"},
+
+		// type
+		{"no type", `{"v":1}`, "unknown message type"},
+		{"unknown type", `{"v":1,"type":"shutdown"}`, "unknown message type"},
+		{"type case", `{"v":1,"type":"Heartbeat"}`, "unknown message type"},
+		{"type number", `{"v":1,"type":7}`, "not a JSON object"},
+
+		// trailing data
+		{"second object", `{"v":1,"type":"heartbeat"}{"v":1,"type":"heartbeat"}`, "after top-level value"},
+		{"trailing garbage", `{"v":1,"type":"heartbeat"} x`, "after top-level value"},
+		{"trailing bracket", `{"v":1,"type":"heartbeat"}]`, "after top-level value"},
+
+		// size
+		{"over 128 KiB", `{"v":1,"type":"heartbeat"}` + strings.Repeat(" ", MaxMessage), "larger than 128 KiB"},
+
+		// missing or invalid fields, per type
+		{"register no models", `{"v":1,"type":"register"}`, "Models"},
+		{"register empty models", `{"v":1,"type":"register","models":[]}`, "Models"},
+		{"register empty model name", `{"v":1,"type":"register","models":[""]}`, "Models[0]"},
+		{"register model name too long", `{"v":1,"type":"register","models":["` + strings.Repeat("m", 129) + `"]}`, "Models[0]"},
+		{"register too many models", `{"v":1,"type":"register","models":[` + strings.TrimSuffix(strings.Repeat(`"m",`, 65), ",") + `]}`, "Models"},
+		{"register agent too long", `{"v":1,"type":"register","models":["m"],"agent":"` + strings.Repeat("a", 129) + `"}`, "Agent"},
+		{"register models wrong type", `{"v":1,"type":"register","models":"m"}`, "cannot unmarshal"},
+		{"chunk no job", `{"v":1,"type":"chunk","to":"c","seq":0,"deltas":[{"content":"x"}]}`, "Job"},
+		{"chunk job too long", chunk(`,"job":"` + strings.Repeat("j", 65) + `"`), "Job"},
+		{"chunk no to", `{"v":1,"type":"chunk","job":"j","seq":0,"deltas":[{"content":"x"}]}`, "To"},
+		{"chunk no deltas", `{"v":1,"type":"chunk","job":"j","to":"c","seq":0}`, "Deltas"},
+		{"chunk empty deltas", `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[]}`, "Deltas"},
+		{"chunk negative seq", chunk(`,"seq":-1`), "Seq"},
+		{"chunk seq string", chunk(`,"seq":"1"`), "cannot unmarshal"},
+		{"chunk seq float", chunk(`,"seq":1.5`), "cannot unmarshal"},
+		{"chunk deltas object", `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":{"content":"x"}}`, "cannot unmarshal"},
+		{"chunk tool call index string", chunk(`,"deltas":[{"tool_calls":[{"index":"0"}]}]`), "cannot unmarshal"},
+		{"done no finish reason", `{"v":1,"type":"done","job":"j","to":"c","seq":1}`, "FinishReason"},
+		{"done bad finish reason", `{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"bored"}`, "FinishReason"},
+		{"done usage wrong type", `{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"stop","usage":[]}`, "cannot unmarshal"},
+		{"fail no code", `{"v":1,"type":"fail","job":"j","to":"c","seq":1}`, "Code"},
+		{"fail message too long", `{"v":1,"type":"fail","job":"j","to":"c","seq":1,"code":"x","message":"` + strings.Repeat("m", 1025) + `"}`, "Message"},
+		{"registered no conn", `{"v":1,"type":"registered","models":["m"]}`, "Conn"},
+		{"job no reply_to", `{"v":1,"type":"job","job":"j","model":"m","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "ReplyTo"},
+		{"job no model", `{"v":1,"type":"job","job":"j","reply_to":"c","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "Model"},
+		{"job request no messages", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":{"model":"m"}}`, "job request"},
+		{"job request bad role", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":{"model":"m","messages":[{"role":"god","content":"hi"}]}}`, "job request"},
+		{"job request bad tool name", job(`,"tools":[{"type":"function","function":{"name":"bad name!"}}]`), "job request"},
+		{"job request duplicate tools", job(`,"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]`), "job request"},
+		{"job request temperature", job(`,"temperature":3`), "job request"},
+		{"job request wrong type", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":[]}`, "cannot unmarshal"},
+		{"job deadline not a time", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","deadline":"tomorrow","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "job"},
+		{"cancel no job", `{"v":1,"type":"cancel"}`, "Job"},
+		{"error no code", `{"v":1,"type":"error","message":"m"}`, "Code"},
+		{"assign no worker", `{"v":1,"type":"assign","job":"j"}`, "Worker"},
+		{"lost no job", `{"v":1,"type":"lost","worker":"w"}`, "Job"},
+		{"welcome no conn", `{"v":1,"type":"welcome"}`, "Conn"},
+		{"heartbeat field wrong type", `{"v":1,"type":"heartbeat","type":1}`, "not a JSON object"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Decode([]byte(tt.in))
+			if err == nil {
+				t.Fatalf("Decode succeeded: %#v", m)
+			}
+			if m != nil {
+				t.Errorf("Decode returned %#v with the error", m)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeSizeBoundary(t *testing.T) {
+	msg := `{"v":1,"type":"heartbeat"}`
+	exact := msg + strings.Repeat(" ", MaxMessage-len(msg))
+	if _, err := Decode([]byte(exact)); err != nil {
+		t.Fatalf("a message of exactly MaxMessage bytes: %v", err)
+	}
+	if _, err := Decode([]byte(exact + " ")); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("one byte over: %v, want ErrTooLarge", err)
+	}
+}
+
+// A job with tools used to panic: this package's validator descended into
+// the request and met oaiwire's custom "toolname" tag.
+func TestDecodeJobWithTools(t *testing.T) {
+	m, err := Decode([]byte(job(`,"tools":[{"type":"function","function":{"name":"get_weather"}}],"tool_choice":{"type":"function","function":{"name":"get_weather"}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := m.(*Job); len(j.Request.Tools) != 1 || j.Request.ToolChoice.Function != "get_weather" {
+		t.Fatalf("decoded %+v", j.Request)
+	}
+}
+
+// Decode checks the size of what it received; Encode checks the size of
+// what it produces, which escapes <, > and & (6 bytes each) and may add
+// From. A message that decodes within the limit can therefore fail to
+// re-encode: whoever forwards a decoded message must handle ErrTooLarge.
+func TestReencodeCanExceedLimit(t *testing.T) {
+	prefix := `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[{"content":"`
+	suffix := `"}]}`
+	in := prefix + strings.Repeat("<", MaxMessage-len(prefix)-len(suffix)) + suffix
+	m, err := Decode([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Encode(m); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("re-encoding %d bytes of '<': %v, want ErrTooLarge", MaxMessage, err)
+	}
+}
+
+// checkReencode is FuzzDecode's property: a decoded message re-encodes,
+// decodes again to a message with the same encoding, and that encoding is a
+// fixed point.
+func checkReencode(t *testing.T, in []byte) {
+	m1, err := Decode(in)
+	if err != nil {
+		if m1 != nil {
+			t.Fatalf("Decode returned %#v with error %v", m1, err)
+		}
+		return
+	}
+	b1, err := Encode(m1)
+	if errors.Is(err, ErrTooLarge) && len(in) > MaxMessage/6 {
+		return // escaping can grow a large message past the limit; see TestReencodeCanExceedLimit
+	}
+	if err != nil {
+		t.Fatalf("Decode accepted %q but Encode failed: %v", in, err)
+	}
+	m2, err := Decode(b1)
+	if err != nil {
+		t.Fatalf("re-encoded message does not decode: %v\ninput   %q\nencoded %q", err, in, b1)
+	}
+	b2, err := Encode(m2)
+	if err != nil {
+		t.Fatalf("second Encode: %v", err)
+	}
+	if !bytes.Equal(b1, b2) {
+		t.Fatalf("decoded again to a different value:\ninput %q\nfirst  %q\nsecond %q", in, b1, b2)
+	}
+	m3, err := Decode(b2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(m2, m3) {
+		t.Fatalf("canonical encoding is not a fixed point:\n%#v\n%#v", m2, m3)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	// The seed corpus under testdata/fuzz/FuzzDecode holds every sample
+	// and the invalid inputs of TestDecodeErrors; -update rewrites it.
+	f.Fuzz(checkReencode)
+}
+
+func TestSeedCorpus(t *testing.T) {
+	var seeds [][]byte
+	for _, m := range samples() {
+		b, err := Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, b)
+	}
+	seeds = append(seeds,
+		[]byte(`{"v":1,"type":"heartbeat"} x`),
+		[]byte(`{"v":2,"type":"heartbeat"}`),
+		[]byte(`{"v":1,"type":"nope"}`),
+		[]byte(`{"v":1,"type":"register","models":[""]}`),
+		[]byte(`{"V":1,"TYPE":"register","Models":["m"],"models":["n"]}`),
+		[]byte(`{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[{"tool_calls":[{"index":0}]}]}`),
+		[]byte(job(`,"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"stop":[],"content":null`)),
+		[]byte(job(`,"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"x","function":{"name":"f"}}]},{"role":"user","content":[]}]`)),
+		[]byte(`{"v":1,"type":"registered","conn":"c","ignored":[]}`),
+		[]byte(`{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"stop","usage":{"total_tokens":1e3}}`),
+		[]byte("{\"v\":1,\"type\":\"fail\",\"job\":\"j\",\"to\":\"c\",\"code\":\"\xff\\ud800\"}"),
+	)
+	dir := filepath.Join("testdata", "fuzz", "FuzzDecode")
+	if *update {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range seeds {
+			body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, s := range seeds {
+		want := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
+		got, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)))
+		if err != nil || string(got) != want {
+			t.Fatalf("seed-%02d is missing or stale (run go test -run TestSeedCorpus -update): %v", i, err)
+		}
+		checkReencode(t, s)
+	}
+}

@@ -1,0 +1,187 @@
+package devnet_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/functions/store/embedded"
+	"github.com/c0mpute/c0mpute/infra/devnet"
+	"github.com/c0mpute/c0mpute/infra/ollamatest"
+	"github.com/c0mpute/c0mpute/infra/testmodel"
+	"github.com/c0mpute/c0mpute/workerd/agent"
+	"github.com/c0mpute/c0mpute/workerd/backend"
+	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
+)
+
+// tinyModel is the name of the generated model on the test Ollama and in
+// the test catalogue.
+const tinyModel = "tiny"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ollamatest.StopShared()
+	os.Exit(code)
+}
+
+var modelOnce struct {
+	sync.Mutex
+	done map[string]bool
+}
+
+// sharedOllama returns the package's Ollama with the tiny model created.
+func sharedOllama(t *testing.T) *ollamatest.Server {
+	t.Helper()
+	srv := ollamatest.Shared(t)
+	modelOnce.Lock()
+	defer modelOnce.Unlock()
+	if modelOnce.done == nil {
+		modelOnce.done = map[string]bool{}
+	}
+	if !modelOnce.done[srv.URL()] {
+		gguf, err := testmodel.Bytes(testmodel.Options{Seed: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.CreateModel(t, tinyModel, gguf)
+		modelOnce.done[srv.URL()] = true
+	}
+	return srv
+}
+
+func testLog(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// env is a running network: gateway stack, one account with an API key,
+// and an OpenAI SDK client for it.
+type env struct {
+	t       *testing.T
+	stack   *devnet.Stack
+	store   store.Store
+	account string
+	apiKey  string
+	client  openai.Client
+}
+
+type envOptions struct {
+	credits int64
+	limits  *api.Limits
+	models  []catalog.Model
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "c0.db"), embedded.WithNoSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	limits := api.DefaultLimits()
+	if o.limits != nil {
+		limits = *o.limits
+	}
+	models := o.models
+	if models == nil {
+		models = []catalog.Model{{ID: tinyModel, Price: 10}}
+	}
+	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0",
+		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stack.Close() })
+	e := &env{t: t, stack: stack, store: st, account: "acct-" + t.Name()}
+	e.apiKey, err = stack.CreateAccount(context.Background(), e.account, o.credits, "test-grant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.client = openai.NewClient(option.WithBaseURL(stack.APIURL+"/"), option.WithAPIKey(e.apiKey), option.WithMaxRetries(0))
+	return e
+}
+
+// worker is an in-process workerd.
+type worker struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startWorker runs a workerd agent against the backend until the test ends
+// or stop is called.
+func (e *env) startWorker(be backend.Backend, models map[string]string) *worker {
+	e.t.Helper()
+	tok, err := e.stack.IssueWorkerToken(context.Background(), e.account)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &worker{cancel: cancel, done: make(chan struct{})}
+	a := agent.New(agent.Config{RelayURL: e.stack.RelayURL, Token: tok, Key: key, Backend: be, Models: models,
+		Log: testLog(e.t).With("worker", e.t.Name()), Version: "test", DrainTimeout: 5 * time.Second})
+	go func() { defer close(w.done); _ = a.Run(ctx) }()
+	e.t.Cleanup(w.stop)
+	return w
+}
+
+func (w *worker) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// waitWorkers waits until n workers are registered for the model.
+func (e *env) waitWorkers(model string, n int) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		ws, err := e.store.IdleWorkers(context.Background(), model)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if len(ws) >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.t.Fatalf("fewer than %d workers registered for %s after 20 s", n, model)
+}
+
+// ollamaWorker starts a workerd in front of the shared Ollama.
+func (e *env) ollamaWorker() (*worker, *ollamatest.Server) {
+	srv := sharedOllama(e.t)
+	w := e.startWorker(ollama.New(srv.URL()), map[string]string{tinyModel: tinyModel})
+	e.waitWorkers(tinyModel, 1)
+	return w, srv
+}
+
+func (e *env) balance() store.Account {
+	e.t.Helper()
+	a, err := e.store.GetAccount(context.Background(), e.account)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return a
+}
+
+func ptr[T any](v T) *T { return &v }
+
+var _ = openai.ChatCompletionNewParams{}

@@ -1,0 +1,256 @@
+// Package agent is workerd's connection to the network: it keeps an
+// authenticated WebSocket to the relay, registers the models its backend
+// serves, runs the jobs it is given and streams their replies back in
+// batched chunks. It survives flaky networks (reconnect with backoff and
+// jitter), rolls its connection before API Gateway's 2 h cap without
+// dropping a job, and drains in-flight jobs on shutdown.
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/workerd/backend"
+)
+
+// Tuning. Each value is set by an API Gateway limit or by what a user sees.
+const (
+	// rollAfter: API Gateway closes a connection at 2 h; a fresh one is
+	// registered well before, and the old one finishes its jobs.
+	rollAfter = 110 * time.Minute
+	// heartbeatEvery: API Gateway drops a connection idle for 10 min.
+	heartbeatEvery = 4 * time.Minute
+	// batchWindow: chunks carry a few tens of ms of deltas so per-message
+	// overhead (one Lambda invocation per message in AWS) stays small,
+	// while a reader still sees a smooth stream. The first delta of a job
+	// goes at once so time-to-first-token pays no batching delay.
+	batchWindow = 25 * time.Millisecond
+	// batchBytes flushes early: far below the 128 KB message cap even
+	// after JSON escaping.
+	batchBytes = 16 << 10
+	// backoff bounds for reconnecting.
+	backoffMin = 250 * time.Millisecond
+	backoffMax = 30 * time.Second
+	// drainTimeout bounds how long shutdown waits for in-flight jobs.
+	drainTimeout = 5 * time.Minute
+)
+
+// Config configures an Agent.
+type Config struct {
+	RelayURL string
+	Token    string
+	Key      ed25519.PrivateKey
+	Backend  backend.Backend
+	// Models maps network model ids to backend model names. Empty means
+	// every backend model under its own name.
+	Models map[string]string
+	Log    *slog.Logger
+	// Version goes into the registration's agent string.
+	Version string
+	// RollAfter and DrainTimeout override the defaults (tests).
+	RollAfter    time.Duration
+	DrainTimeout time.Duration
+}
+
+// Agent runs until its context ends.
+type Agent struct {
+	cfg Config
+	// jobs counts in-flight jobs across sessions, for draining.
+	jobs sync.WaitGroup
+}
+
+// New makes an Agent.
+func New(cfg Config) *Agent {
+	if cfg.RollAfter == 0 {
+		cfg.RollAfter = rollAfter
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = drainTimeout
+	}
+	return &Agent{cfg: cfg}
+}
+
+// Run connects and serves until ctx ends, then stops taking jobs, lets the
+// running ones finish (up to the drain timeout) and closes.
+func (a *Agent) Run(ctx context.Context) error {
+	log := a.cfg.Log
+	backoff := backoffMin
+	var current *session
+	var retired []*session
+	defer func() {
+		if current != nil {
+			current.drain()
+		}
+		a.waitJobs()
+		for _, s := range append(retired, current) {
+			if s != nil {
+				s.close("shutting down")
+			}
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if current == nil {
+			models, err := a.networkModels(ctx)
+			if err == nil {
+				current, err = a.connect(ctx, models)
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				wait := backoff/2 + rand.N(backoff) // jitter: ±50 %
+				log.Warn("not connected; retrying", "err", err, "in", wait.Round(time.Millisecond))
+				backoff = min(backoff*2, backoffMax)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+				continue
+			}
+			backoff = backoffMin
+		}
+		roll := time.NewTimer(a.cfg.RollAfter - time.Since(current.born))
+		select {
+		case <-ctx.Done():
+			roll.Stop()
+			return nil
+		case <-current.dead:
+			roll.Stop()
+			log.Warn("relay connection lost", "conn", current.conn, "err", current.err())
+			current.cancelJobs() // the relay told the gateway: they move elsewhere
+			current = nil
+		case <-roll.C:
+			models, err := a.networkModels(ctx)
+			var next *session
+			if err == nil {
+				next, err = a.connect(ctx, models)
+			}
+			if err != nil {
+				log.Warn("could not roll the relay connection yet", "err", err)
+				continue
+			}
+			log.Info("rolled relay connection", "old", current.conn, "new", next.conn)
+			old := current
+			current = next
+			old.drain()
+			go func() { old.waitJobs(); old.close("rolled") }()
+		}
+	}
+}
+
+func (a *Agent) waitJobs() {
+	done := make(chan struct{})
+	go func() { a.jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(a.cfg.DrainTimeout):
+		a.cfg.Log.Warn("drain timeout: closing with jobs still running")
+	}
+}
+
+// networkModels maps the backend's models to network ids.
+func (a *Agent) networkModels(ctx context.Context) (map[string]string, error) {
+	have, err := a.cfg.Backend.Models(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", a.cfg.Backend.Name(), err)
+	}
+	out := map[string]string{}
+	if len(a.cfg.Models) == 0 {
+		for _, m := range have {
+			out[ShortName(m)] = m
+		}
+	} else {
+		for id, name := range a.cfg.Models {
+			if i := slices.IndexFunc(have, func(h string) bool { return h == name || ShortName(h) == name }); i >= 0 {
+				out[id] = have[i]
+			} else {
+				a.cfg.Log.Warn("configured model not on the backend", "model", id, "backend_model", name)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("backend %s serves no model (pull one, or check the models setting)", a.cfg.Backend.Name())
+	}
+	return out, nil
+}
+
+// ShortName drops Ollama's default ":latest" tag: users and the network
+// name "llama3.2", Ollama lists "llama3.2:latest".
+func ShortName(model string) string { return strings.TrimSuffix(model, ":latest") }
+
+// connect opens and registers a session.
+func (a *Agent) connect(ctx context.Context, models map[string]string) (*session, error) {
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	h := http.Header{}
+	relaymsg.SignConnect(h, a.cfg.Token, a.cfg.Key, time.Now())
+	ws, resp, err := websocket.Dial(dctx, a.cfg.RelayURL, &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+			return nil, fmt.Errorf("relay refused the worker (HTTP %d): check the worker token: %w", resp.StatusCode, err)
+		}
+		return nil, fmt.Errorf("dial relay %s: %w", a.cfg.RelayURL, err)
+	}
+	ws.SetReadLimit(relaymsg.MaxMessage)
+	ids := make([]string, 0, len(models))
+	for id := range models {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	reg, err := relaymsg.Encode(&relaymsg.Register{Models: ids, Agent: "workerd/" + a.cfg.Version + " " + a.cfg.Backend.Name()})
+	if err != nil {
+		ws.CloseNow()
+		return nil, err
+	}
+	if err := ws.Write(dctx, websocket.MessageText, reg); err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	_, b, err := ws.Read(dctx)
+	if err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	m, err := relaymsg.Decode(b)
+	if err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	switch m := m.(type) {
+	case *relaymsg.Registered:
+		if len(m.Ignored) > 0 {
+			a.cfg.Log.Warn("the network does not offer some models", "ignored", m.Ignored)
+		}
+		a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models)
+		s := newSession(a, ws, m.Conn, models)
+		go s.readLoop()
+		go s.heartbeat()
+		return s, nil
+	case *relaymsg.Error:
+		ws.CloseNow()
+		return nil, fmt.Errorf("register refused: %s: %s", m.Code, m.Message)
+	default:
+		ws.CloseNow()
+		return nil, fmt.Errorf("register: unexpected %T", m)
+	}
+}
+
+// errClosed is a session's error after an orderly close.
+var errClosed = errors.New("session closed")

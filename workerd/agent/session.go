@@ -1,0 +1,270 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+)
+
+// session is one registered relay connection and the jobs it received. A
+// job's reply goes back on the connection that brought it: the gateway
+// checks the sender.
+type session struct {
+	a      *Agent
+	ws     *websocket.Conn
+	conn   string
+	born   time.Time
+	models map[string]string
+
+	writeMu sync.Mutex
+
+	mu      sync.Mutex
+	jobs    map[string]context.CancelFunc
+	running sync.WaitGroup
+	failure error
+
+	dead     chan struct{}
+	deadOnce sync.Once
+}
+
+func newSession(a *Agent, ws *websocket.Conn, conn string, models map[string]string) *session {
+	return &session{a: a, ws: ws, conn: conn, born: time.Now(), models: models,
+		jobs: map[string]context.CancelFunc{}, dead: make(chan struct{})}
+}
+
+func (s *session) die(err error) {
+	s.deadOnce.Do(func() {
+		s.mu.Lock()
+		s.failure = err
+		s.mu.Unlock()
+		close(s.dead)
+	})
+}
+
+func (s *session) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failure
+}
+
+// send writes one message; writes are serialised per connection.
+func (s *session) send(m any) error {
+	b, err := relaymsg.Encode(m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	if err := s.ws.Write(ctx, websocket.MessageText, b); err != nil {
+		s.die(err)
+		return err
+	}
+	return nil
+}
+
+func (s *session) readLoop() {
+	for {
+		_, b, err := s.ws.Read(context.Background())
+		if err != nil {
+			s.die(err)
+			return
+		}
+		m, err := relaymsg.Decode(b)
+		if err != nil {
+			s.a.cfg.Log.Warn("bad message from relay", "err", err)
+			continue
+		}
+		switch m := m.(type) {
+		case *relaymsg.Job:
+			s.start(m)
+		case *relaymsg.Cancel:
+			s.mu.Lock()
+			cancel := s.jobs[m.Job]
+			s.mu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		case *relaymsg.Error:
+			s.a.cfg.Log.Warn("relay reported an error", "code", m.Code, "message", m.Message)
+		}
+	}
+}
+
+func (s *session) heartbeat() {
+	t := time.NewTicker(heartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.dead:
+			return
+		case <-t.C:
+			if err := s.send(&relaymsg.Heartbeat{}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// drain asks the relay for no more jobs on this connection.
+func (s *session) drain() {
+	if err := s.send(&relaymsg.Drain{}); err != nil {
+		s.a.cfg.Log.Debug("drain", "conn", s.conn, "err", err)
+	}
+}
+
+func (s *session) waitJobs() { s.running.Wait() }
+
+func (s *session) cancelJobs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cancel := range s.jobs {
+		cancel()
+	}
+}
+
+func (s *session) close(reason string) {
+	s.die(errClosed)
+	s.ws.Close(websocket.StatusNormalClosure, reason)
+}
+
+func (s *session) start(job *relaymsg.Job) {
+	name, ok := s.models[job.Model]
+	if !ok {
+		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "model_not_served"})
+		return
+	}
+	// A job outlives a drain and a shutdown signal, but not its deadline
+	// or the gateway's cancel.
+	ctx, cancel := context.WithDeadline(context.Background(), job.Deadline)
+	s.mu.Lock()
+	s.jobs[job.Job] = cancel
+	s.mu.Unlock()
+	s.running.Add(1)
+	s.a.jobs.Add(1)
+	go func() {
+		defer s.a.jobs.Done()
+		defer s.running.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.jobs, job.Job)
+			s.mu.Unlock()
+			cancel()
+		}()
+		s.run(ctx, job, name)
+	}()
+}
+
+// run executes one job and streams its reply. Only metadata is logged.
+func (s *session) run(ctx context.Context, job *relaymsg.Job, model string) {
+	log := s.a.cfg.Log.With("job", job.Job, "model", job.Model)
+	started := time.Now()
+	b := &batcher{s: s, job: job.Job, to: job.ReplyTo}
+	res, err := s.a.cfg.Backend.Chat(ctx, model, &job.Request, b.add)
+	if ferr := b.flush(); err == nil {
+		err = ferr
+	}
+	switch {
+	case ctx.Err() != nil:
+		// Cancelled by the gateway or past the deadline: the gateway has
+		// settled the job already; an answer would go nowhere.
+		log.Info("job stopped", "reason", context.Cause(ctx), "ms", time.Since(started).Milliseconds())
+	case err != nil:
+		log.Warn("job failed", "err", err)
+		b.end(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "backend_error", Message: truncate(err.Error(), 512)})
+	default:
+		log.Info("job done", "finish", res.FinishReason, "prompt_tokens", res.Usage.PromptTokens,
+			"completion_tokens", res.Usage.CompletionTokens, "ms", time.Since(started).Milliseconds())
+		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: res.FinishReason, Usage: res.Usage})
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// batcher groups a job's deltas into chunks: the first at once, then one
+// per batchWindow or batchBytes.
+type batcher struct {
+	s       *session
+	job, to string
+
+	mu      sync.Mutex
+	seq     int64
+	pending []oaiwire.Delta
+	size    int
+	timer   *time.Timer
+	sentAny bool
+	err     error
+}
+
+func (b *batcher) add(d oaiwire.Delta) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return b.err
+	}
+	b.pending = append(b.pending, d)
+	b.size += len(d.Content) + len(d.Reasoning) + 64
+	for _, tc := range d.ToolCalls {
+		b.size += len(tc.Function.Arguments) + len(tc.Function.Name) + len(tc.ID) + 64
+	}
+	switch {
+	case !b.sentAny, b.size >= batchBytes:
+		b.flushLocked()
+	case b.timer == nil:
+		b.timer = time.AfterFunc(batchWindow, func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.flushLocked()
+		})
+	}
+	return b.err
+}
+
+func (b *batcher) flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.flushLocked()
+	return b.err
+}
+
+func (b *batcher) flushLocked() {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	if len(b.pending) == 0 || b.err != nil {
+		return
+	}
+	err := b.s.send(&relaymsg.Chunk{Job: b.job, To: b.to, Seq: b.seq, Deltas: b.pending})
+	b.seq++
+	b.pending, b.size, b.sentAny = nil, 0, true
+	if err != nil {
+		b.err = err
+	}
+}
+
+// end sends the job's last message after its chunks.
+func (b *batcher) end(m any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.flushLocked()
+	switch m := m.(type) {
+	case *relaymsg.Done:
+		m.Seq = b.seq
+	case *relaymsg.Fail:
+		m.Seq = b.seq
+	}
+	b.seq++
+	_ = b.s.send(m) // a dead connection is reported by the relay as a lost worker
+}

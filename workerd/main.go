@@ -1,0 +1,107 @@
+// Command workerd is the c0mpute contributor daemon: it connects a local
+// inference server (Ollama, or any OpenAI-compatible server) to the network
+// over the relay and serves jobs for USDC.
+//
+//	workerd init              create the identity keypair (payout wallet)
+//	workerd [run] [flags]     connect and serve until SIGINT/SIGTERM
+//	workerd version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/c0mpute/c0mpute/workerd/agent"
+	"github.com/c0mpute/c0mpute/workerd/backend"
+	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
+	"github.com/c0mpute/c0mpute/workerd/backend/openaicompat"
+	"github.com/c0mpute/c0mpute/workerd/config"
+	"github.com/c0mpute/c0mpute/workerd/identity"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "workerd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cmd := "run"
+	if len(args) > 0 && (args[0] == "init" || args[0] == "run" || args[0] == "version") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "version":
+		fmt.Println("workerd", version)
+		return nil
+	case "init":
+		return initKey(args)
+	}
+	cfg, err := config.Load(args, os.Getenv)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	key, err := identity.Load(cfg.KeyFile)
+	if err != nil {
+		return err
+	}
+	var be backend.Backend
+	switch cfg.Backend {
+	case "ollama":
+		be = ollama.New(cfg.BackendURL)
+	default:
+		be = openaicompat.New(cfg.BackendURL, openaicompat.WithAPIKey(cfg.BackendKey))
+	}
+	log.Info("workerd starting", "version", version, "wallet", identity.Address(key), "relay", cfg.RelayURL,
+		"backend", cfg.Backend, "backend_url", cfg.BackendURL)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	a := agent.New(agent.Config{RelayURL: cfg.RelayURL, Token: cfg.Token, Key: key, Backend: be,
+		Models: cfg.Models, Log: log, Version: version})
+	err = a.Run(ctx)
+	log.Info("workerd stopped")
+	return err
+}
+
+func initKey(args []string) error {
+	home := os.Getenv(config.EnvHome)
+	if home == "" {
+		home = config.DefaultHome()
+	}
+	path := os.Getenv(config.EnvKeyFile)
+	if len(args) > 0 {
+		path = args[0]
+	}
+	if path == "" {
+		path = filepath.Join(home, "worker-key.json")
+	}
+	key, err := identity.Create(path)
+	if errors.Is(err, identity.ErrExists) {
+		existing, lerr := identity.Load(path)
+		if lerr != nil {
+			return lerr
+		}
+		fmt.Printf("identity already exists: %s\nwallet (payouts): %s\n", path, identity.Address(existing))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("created identity %s\nwallet (payouts): %s\nkeep this file secret: it controls your earnings\n", path, identity.Address(key))
+	return nil
+}
