@@ -168,7 +168,7 @@ func (e *env) waitWorkers(model string, n int) {
 // ollamaWorker starts a workerd in front of the shared Ollama.
 func (e *env) ollamaWorker() (*worker, *ollamatest.Server) {
 	srv := sharedOllama(e.t)
-	w := e.startWorker(ollama.New(srv.URL()), map[string]string{tinyModel: tinyModel})
+	w := e.startWorker(ollamaBackend(srv), map[string]string{tinyModel: tinyModel})
 	e.waitWorkers(tinyModel, 1)
 	return w, srv
 }
@@ -185,3 +185,5 @@ func (e *env) balance() store.Account {
 func ptr[T any](v T) *T { return &v }
 
 var _ = openai.ChatCompletionNewParams{}
+
+func ollamaBackend(srv *ollamatest.Server) backend.Backend { return ollama.New(srv.URL()) }

@@ -72,6 +72,31 @@ func (h *recorder) all(route, id string) []events.APIGatewayWebsocketProxyReques
 	return out
 }
 
+// checkDisconnectOnce asserts, once the relay is closed, that every
+// connection that got a message got exactly one $disconnect, and no
+// connection more than one.
+func (h *recorder) checkDisconnectOnce(t *testing.T) {
+	t.Helper()
+	messaged := map[string]bool{}
+	for _, ev := range h.all(RouteDefault, "") {
+		messaged[ev.RequestContext.ConnectionID] = true
+	}
+	disconnects := map[string]int{}
+	for _, ev := range h.all(RouteDisconnect, "") {
+		disconnects[ev.RequestContext.ConnectionID]++
+	}
+	for id, n := range disconnects {
+		if n > 1 {
+			t.Errorf("connection %s got %d $disconnect events", id, n)
+		}
+	}
+	for id := range messaged {
+		if disconnects[id] != 1 {
+			t.Errorf("connection %s got %d $disconnect events, want 1", id, disconnects[id])
+		}
+	}
+}
+
 // wait returns the first event of route and id once there are n of them.
 func (h *recorder) wait(t *testing.T, route, id string, n int) []events.APIGatewayWebsocketProxyRequest {
 	t.Helper()
@@ -118,6 +143,9 @@ func start(t *testing.T, h Handler, opts ...Option) *env {
 			t.Errorf("Close: %v", err)
 		}
 		srv.Close()
+		if rec, ok := h.(*recorder); ok {
+			rec.checkDisconnectOnce(t)
+		}
 	})
 	host := strings.TrimPrefix(srv.URL, "http://")
 	return &env{r: r, srv: srv, url: "ws://" + host + "/", host: host, client: newClient(srv.URL, "local")}
@@ -892,5 +920,50 @@ func TestManagementUnsignedAcceptedByDefault(t *testing.T) {
 	}
 	if _, got := read(t, ws); got != "anon" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+func TestSlowClientCutOff(t *testing.T) {
+	h := &recorder{}
+	e := start(t, h, WithWriteTimeout(200*time.Millisecond))
+	ws := dial(t, e.url, nil)
+	id := whoami(t, ws)
+	// The client stops reading; once the socket buffers are full a post
+	// times out, the connection ends and posts answer Gone.
+	chunk := bytes.Repeat([]byte("s"), MaxMessage)
+	for i := 0; ; i++ {
+		err := post(t, e, id, chunk)
+		if isGone(err) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		if i == 2000 {
+			t.Fatal("250 MB posted to a client that does not read")
+		}
+	}
+	h.wait(t, RouteDisconnect, id, 1)
+	assertGone(t, e, id)
+}
+
+// net/http clears its deadlines on hijack; this guards the relay against
+// an http.Server's ReadTimeout or WriteTimeout ever reaching WebSockets.
+func TestSurvivesServerTimeouts(t *testing.T) {
+	h := &recorder{}
+	r := New(h)
+	srv := httptest.NewUnstartedServer(r)
+	srv.Config.ReadTimeout = 100 * time.Millisecond
+	srv.Config.WriteTimeout = 100 * time.Millisecond
+	srv.Start()
+	t.Cleanup(func() {
+		_ = r.Close()
+		srv.Close()
+	})
+	ws := dial(t, "ws"+strings.TrimPrefix(srv.URL, "http")+"/", nil)
+	id := whoami(t, ws)
+	time.Sleep(500 * time.Millisecond)
+	if got := whoami(t, ws); got != id {
+		t.Fatalf("whoami %q after the server's timeouts, want %q", got, id)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -44,6 +45,9 @@ const (
 	// backoff bounds for reconnecting.
 	backoffMin = 250 * time.Millisecond
 	backoffMax = 30 * time.Second
+	// modelRefresh: how often the backend's model list is re-read, so a
+	// model pulled while workerd runs is offered without a restart.
+	modelRefresh = time.Minute
 	// drainTimeout bounds how long shutdown waits for in-flight jobs.
 	drainTimeout = 5 * time.Minute
 )
@@ -127,16 +131,23 @@ func (a *Agent) Run(ctx context.Context) error {
 			backoff = backoffMin
 		}
 		roll := time.NewTimer(a.cfg.RollAfter - time.Since(current.born))
+		refresh := time.NewTimer(modelRefresh)
 		select {
 		case <-ctx.Done():
 			roll.Stop()
+			refresh.Stop()
 			return nil
+		case <-refresh.C:
+			roll.Stop()
+			a.refreshModels(ctx, current)
 		case <-current.dead:
 			roll.Stop()
+			refresh.Stop()
 			log.Warn("relay connection lost", "conn", current.conn, "err", current.err())
 			current.cancelJobs() // the relay told the gateway: they move elsewhere
 			current = nil
 		case <-roll.C:
+			refresh.Stop()
 			models, err := a.networkModels(ctx)
 			var next *session
 			if err == nil {
@@ -153,6 +164,34 @@ func (a *Agent) Run(ctx context.Context) error {
 			go func() { old.waitJobs(); old.close("rolled") }()
 		}
 	}
+}
+
+// refreshModels re-registers when the backend's models changed (a model
+// pulled or removed while workerd runs).
+func (a *Agent) refreshModels(ctx context.Context, s *session) {
+	models, err := a.networkModels(ctx)
+	if err != nil {
+		a.cfg.Log.Warn("backend models", "err", err)
+		return
+	}
+	if maps.Equal(models, s.getModels()) {
+		return
+	}
+	s.setModels(models)
+	if err := s.send(&relaymsg.Register{Models: sortedKeys(models), Agent: a.agentString()}); err != nil {
+		a.cfg.Log.Warn("re-register", "err", err)
+	}
+}
+
+func (a *Agent) agentString() string { return "workerd/" + a.cfg.Version + " " + a.cfg.Backend.Name() }
+
+func sortedKeys(m map[string]string) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 func (a *Agent) waitJobs() {
@@ -209,12 +248,7 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 		return nil, fmt.Errorf("dial relay %s: %w", a.cfg.RelayURL, err)
 	}
 	ws.SetReadLimit(relaymsg.MaxMessage)
-	ids := make([]string, 0, len(models))
-	for id := range models {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	reg, err := relaymsg.Encode(&relaymsg.Register{Models: ids, Agent: "workerd/" + a.cfg.Version + " " + a.cfg.Backend.Name()})
+	reg, err := relaymsg.Encode(&relaymsg.Register{Models: sortedKeys(models), Agent: a.agentString()})
 	if err != nil {
 		ws.CloseNow()
 		return nil, err

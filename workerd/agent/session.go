@@ -46,6 +46,18 @@ func (s *session) die(err error) {
 	})
 }
 
+func (s *session) getModels() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.models
+}
+
+func (s *session) setModels(m map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.models = m
+}
+
 func (s *session) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,6 +103,8 @@ func (s *session) readLoop() {
 			if cancel != nil {
 				cancel()
 			}
+		case *relaymsg.Registered:
+			s.a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models, "ignored", m.Ignored)
 		case *relaymsg.Error:
 			s.a.cfg.Log.Warn("relay reported an error", "code", m.Code, "message", m.Message)
 		}
@@ -135,7 +149,7 @@ func (s *session) close(reason string) {
 }
 
 func (s *session) start(job *relaymsg.Job) {
-	name, ok := s.models[job.Model]
+	name, ok := s.getModels()[job.Model]
 	if !ok {
 		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "model_not_served"})
 		return

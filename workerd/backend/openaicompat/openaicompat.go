@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,10 +26,11 @@ const DefaultMaxLine = 8 << 20
 
 // Backend talks to one OpenAI-compatible server.
 type Backend struct {
-	base    string
-	apiKey  string
-	hc      *http.Client
-	maxLine int
+	base      string
+	apiKey    string
+	hc        *http.Client
+	maxLine   int
+	developer bool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -42,6 +44,11 @@ func WithAPIKey(key string) Option { return func(b *Backend) { b.apiKey = key } 
 // WithHTTPClient replaces the default client (which has no overall
 // timeout: the request's context governs).
 func WithHTTPClient(c *http.Client) Option { return func(b *Backend) { b.hc = c } }
+
+// WithDeveloperRole sends developer messages as they are, for servers
+// whose templates know the role (gpt-oss on vLLM), instead of as system
+// messages.
+func WithDeveloperRole() Option { return func(b *Backend) { b.developer = true } }
 
 // WithMaxLine sets the longest stream line accepted, in bytes.
 func WithMaxLine(n int) Option { return func(b *Backend) { b.maxLine = n } }
@@ -120,10 +127,19 @@ func (b *Backend) Models(ctx context.Context) ([]string, error) {
 }
 
 // body is the request sent on: the client's, for the backend's model name,
-// streaming with usage. The token cap goes as max_tokens, which every
-// compatible server reads; user is dropped (the worker never learns who
-// asked).
-func body(model string, req *oaiwire.ChatRequest) *oaiwire.ChatRequest {
+// streaming with usage. Four changes make it read the same on every
+// compatible server:
+//   - the token cap goes as max_tokens, which all of them read (Ollama
+//     ignores max_completion_tokens);
+//   - developer messages go as system ones, unless WithDeveloperRole:
+//     most chat templates know no developer role and drop or reject it;
+//   - content arrays of text parts only go as one string, as OpenAI reads
+//     them (Ollama's /v1 makes each part a message; older servers reject
+//     arrays);
+//   - a tool call in the history without arguments has "{}".
+//
+// user is dropped: the worker never learns who asked.
+func (b *Backend) body(model string, req *oaiwire.ChatRequest) *oaiwire.ChatRequest {
 	r := *req
 	r.Model = model
 	r.Stream = true
@@ -133,12 +149,31 @@ func body(model string, req *oaiwire.ChatRequest) *oaiwire.ChatRequest {
 		r.MaxTokens = &n
 	}
 	r.User = ""
+	r.Messages = make([]oaiwire.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		if m.Role == "developer" && !b.developer {
+			m.Role = "system"
+		}
+		if m.Content.IsParts && len(m.Content.Parts) > 0 && len(m.Content.Images()) == 0 {
+			m.Content = oaiwire.Content{Text: m.Content.String()}
+		}
+		if len(m.ToolCalls) > 0 { // a call without arguments has "{}" (vLLM requires the field)
+			calls := slices.Clone(m.ToolCalls)
+			for j := range calls {
+				if strings.TrimSpace(calls[j].Function.Arguments) == "" {
+					calls[j].Function.Arguments = "{}"
+				}
+			}
+			m.ToolCalls = calls
+		}
+		r.Messages[i] = m
+	}
 	return &r
 }
 
 // Chat runs req on model with POST /v1/chat/completions, streaming.
 func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (backend.Result, error) {
-	payload, err := json.Marshal(body(model, req))
+	payload, err := json.Marshal(b.body(model, req))
 	if err != nil {
 		return backend.Result{}, err
 	}

@@ -1,0 +1,270 @@
+// Command c0mpute-dev runs a whole c0mpute network on one machine: the
+// gateway API, the relay, the embedded store and a workerd in front of the
+// local Ollama. scripts/dev builds and starts it; see the README.
+//
+// It is idempotent: state lives in $C0MPUTE_HOME (default .c0mpute/ in the
+// repository), so a second start reuses the dev account, its API key, the
+// worker token and the worker identity.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/credential"
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/functions/store/embedded"
+	"github.com/c0mpute/c0mpute/infra/devnet"
+	"github.com/c0mpute/c0mpute/workerd/agent"
+	"github.com/c0mpute/c0mpute/workerd/config"
+)
+
+const devAccount = "dev"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "c0mpute-dev:", err)
+		os.Exit(1)
+	}
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run() error {
+	workerdBin := flag.String("workerd", "", "workerd binary to start (none: gateway only)")
+	flag.Parse()
+	home := env("C0MPUTE_HOME", ".c0mpute")
+	apiAddr := env("C0MPUTE_API_ADDR", "127.0.0.1:8080")
+	relayAddr := env("C0MPUTE_RELAY_ADDR", "127.0.0.1:8081")
+	ollamaURL := config.OllamaURL(os.Getenv("OLLAMA_HOST"))
+	credits, err := strconv.ParseInt(env("C0MPUTE_DEV_CREDITS", "100000"), 10, 64)
+	if err != nil || credits < 0 {
+		return fmt.Errorf("C0MPUTE_DEV_CREDITS must be a non-negative integer of credits (1 credit = $0.01)")
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	st, err := embedded.Open(filepath.Join(home, "c0mpute.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	ollamaModels, ollamaErr := listOllama(ctx, ollamaURL)
+	models := catalog.Default()
+	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, Models: models,
+		Limits: api.DefaultLimits(), Log: log})
+	if err != nil {
+		return err
+	}
+	defer stack.Close()
+	offerOllama(stack.Catalog, ollamaModels, log)
+
+	apiKey, token, err := devCredentials(ctx, stack, home, credits)
+	if err != nil {
+		return err
+	}
+	envFile := filepath.Join(home, "dev.env")
+	lines := fmt.Sprintf("OPENAI_BASE_URL=%s\nOPENAI_API_KEY=%s\n", stack.APIURL, apiKey)
+	if err := os.WriteFile(envFile, []byte(lines), 0o600); err != nil {
+		return err
+	}
+	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s\n  store   %s\n\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
+		stack.APIURL, stack.RelayURL, filepath.Join(home, "c0mpute.db"), lines, envFile)
+	if ollamaErr != nil {
+		fmt.Printf("No inference backend reachable: Ollama at %s: %v\n"+
+			"  Start one so the worker can serve:  ollama serve   and   ollama pull llama3.2\n"+
+			"  (or point OLLAMA_HOST at a running Ollama). The worker connects as soon as it is up.\n\n", ollamaURL, ollamaErr)
+	} else {
+		fmt.Printf("Ollama at %s: offering %s\n\n", ollamaURL, strings.Join(shortNames(ollamaModels), ", "))
+	}
+
+	go watchOllama(ctx, stack.Catalog, ollamaURL, log)
+
+	var worker *exec.Cmd
+	if *workerdBin != "" {
+		worker, err = startWorker(*workerdBin, home, stack.RelayURL, token, ollamaURL)
+		if err != nil {
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-stack.Errors():
+		log.Error("server stopped", "err", err)
+	}
+	if worker != nil && worker.Process != nil {
+		// workerd drains its in-flight jobs on SIGTERM.
+		_ = worker.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = worker.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = worker.Process.Kill()
+		}
+	}
+	return nil
+}
+
+// devCredentials makes (once) the dev account with its credits, and reuses
+// the API key and worker token saved in home while they are still valid.
+func devCredentials(ctx context.Context, stack *devnet.Stack, home string, credits int64) (apiKey, token string, err error) {
+	if err := stack.Store.CreateAccount(ctx, store.Account{ID: devAccount, CreatedAt: time.Now()}); err != nil && !errors.Is(err, store.ErrExists) {
+		return "", "", err
+	}
+	// One grant per amount: restarting never adds credits twice, and a
+	// new C0MPUTE_DEV_CREDITS value tops the account up once.
+	if credits > 0 {
+		if _, err := stack.Store.Grant(ctx, devAccount, credits, "dev-credits:"+strconv.FormatInt(credits, 10), false); err != nil {
+			return "", "", err
+		}
+	}
+	apiKey = readSecret(filepath.Join(home, "api-key"))
+	if k, err := stack.Store.GetAPIKey(ctx, credential.Hash(apiKey)); apiKey == "" || err != nil || !k.Active() {
+		if apiKey, err = stack.IssueAPIKey(ctx, devAccount); err != nil {
+			return "", "", err
+		}
+		if err := os.WriteFile(filepath.Join(home, "api-key"), []byte(apiKey), 0o600); err != nil {
+			return "", "", err
+		}
+	}
+	token = readSecret(filepath.Join(home, "worker-token"))
+	if t, err := stack.Store.GetWorkerToken(ctx, credential.Hash(token)); token == "" || err != nil || !t.Active() {
+		if token, err = stack.IssueWorkerToken(ctx, devAccount); err != nil {
+			return "", "", err
+		}
+		if err := os.WriteFile(filepath.Join(home, "worker-token"), []byte(token), 0o600); err != nil {
+			return "", "", err
+		}
+	}
+	return apiKey, token, nil
+}
+
+func readSecret(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// startWorker runs workerd as its own process, as a contributor would,
+// creating its identity on first use.
+func startWorker(bin, home, relayURL, token, ollamaURL string) (*exec.Cmd, error) {
+	keyFile := filepath.Join(home, "worker-key.json")
+	workerEnv := append(os.Environ(), "C0MPUTE_HOME="+home, "C0MPUTE_WORKER_KEY="+keyFile)
+	if _, err := os.Stat(keyFile); err != nil {
+		init := exec.Command(bin, "init")
+		init.Env, init.Stdout, init.Stderr = workerEnv, os.Stdout, os.Stderr
+		if err := init.Run(); err != nil {
+			return nil, fmt.Errorf("workerd init: %w", err)
+		}
+	}
+	cmd := exec.Command(bin, "run", "--relay", relayURL, "--backend", "ollama", "--backend-url", ollamaURL)
+	// The token goes by environment, not argv, so ps does not show it.
+	cmd.Env = append(workerEnv, config.EnvToken+"="+token)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start workerd: %w", err)
+	}
+	return cmd, nil
+}
+
+// listOllama lists the models of the Ollama at base.
+func listOllama(ctx context.Context, base string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/tags", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /api/tags: HTTP %d", resp.StatusCode)
+	}
+	var tags struct {
+		Models []struct {
+			Name string `json:"name"`
+		} `json:"models"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tags); err != nil {
+		return nil, fmt.Errorf("GET /api/tags: %w", err)
+	}
+	var out []string
+	for _, m := range tags.Models {
+		out = append(out, m.Name)
+	}
+	return out, nil
+}
+
+func shortNames(ms []string) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = agent.ShortName(m)
+	}
+	if len(out) == 0 {
+		return []string{"(no models yet: ollama pull llama3.2)"}
+	}
+	return out
+}
+
+// offerOllama adds each Ollama model under its own name, priced like
+// c0mpute-pro.
+func offerOllama(cat *catalog.Catalog, models []string, log *slog.Logger) {
+	pro, _ := cat.Resolve("c0mpute-pro")
+	for _, m := range models {
+		name := agent.ShortName(m)
+		if _, ok := cat.Resolve(name); ok {
+			continue
+		}
+		if err := cat.Add(catalog.Model{ID: name, Price: pro.Price, OwnedBy: "ollama"}); err != nil {
+			log.Warn("cannot offer Ollama model", "model", name, "err", err)
+		}
+	}
+}
+
+// watchOllama offers models pulled (or an Ollama started) after start-up.
+func watchOllama(ctx context.Context, cat *catalog.Catalog, base string, log *slog.Logger) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if models, err := listOllama(ctx, base); err == nil {
+				offerOllama(cat, models, log)
+			}
+		}
+	}
+}
