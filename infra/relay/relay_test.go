@@ -97,7 +97,7 @@ func (h *recorder) checkDisconnectOnce(t *testing.T) {
 	}
 }
 
-// wait returns the first event of route and id once there are n of them.
+// wait returns the events of route and id once there are at least n.
 func (h *recorder) wait(t *testing.T, route, id string, n int) []events.APIGatewayWebsocketProxyRequest {
 	t.Helper()
 	deadline := time.Now().Add(liveness)
