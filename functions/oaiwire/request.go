@@ -7,7 +7,9 @@ package oaiwire
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
+	"errors"
+	"reflect"
+	"strconv"
 )
 
 // ChatRequest is a POST /v1/chat/completions body. Fields the gateway does
@@ -68,6 +70,22 @@ type Message struct {
 	Reasoning string `json:"reasoning_content,omitempty"`
 }
 
+// UnmarshalJSON decodes a message; absent content is null content, so that
+// validation tells a missing content from an empty string.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	type plain Message // the same fields without this method
+	p := plain{Content: Content{Null: true}}
+	if err := json.Unmarshal(b, &p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			te.Type = reflect.TypeOf(Message{}) // not plain
+		}
+		return err
+	}
+	*m = Message(p)
+	return nil
+}
+
 // Content is a message's content: a plain string, or an array of parts.
 // Null is allowed (an assistant message that only calls tools).
 type Content struct {
@@ -116,7 +134,31 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 		*c = Content{Parts: parts, IsParts: true}
 		return nil
 	}
-	return fmt.Errorf("content must be a string, an array of content parts or null")
+	return typeError(b, Content{})
+}
+
+// typeError reports a JSON value of the wrong kind for a type with its own
+// UnmarshalJSON, as encoding/json reports its own: the decoder adds the
+// field's path, which becomes the error's param.
+func typeError(b []byte, v any) error {
+	kind := "value"
+	if len(b) > 0 {
+		switch b[0] {
+		case '{':
+			kind = "object"
+		case '[':
+			kind = "array"
+		case '"':
+			kind = "string"
+		case 't', 'f':
+			kind = "bool"
+		case 'n':
+			kind = "null"
+		default:
+			kind = "number"
+		}
+	}
+	return &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeOf(v)}
 }
 
 // MarshalJSON writes the content in the form it arrived in.
@@ -175,7 +217,7 @@ func (s *Stop) UnmarshalJSON(b []byte) error {
 	}
 	var many []string
 	if err := json.Unmarshal(b, &many); err != nil {
-		return fmt.Errorf("stop must be a string or an array of strings")
+		return typeError(b, Stop{})
 	}
 	*s = many
 	return nil
@@ -215,7 +257,7 @@ func (t *ToolChoice) UnmarshalJSON(b []byte) error {
 			*t = ToolChoice{Mode: mode}
 			return nil
 		}
-		return fmt.Errorf("tool_choice must be none, auto, required or a function")
+		return &json.UnmarshalTypeError{Value: "string " + strconv.Quote(mode), Type: reflect.TypeOf(ToolChoice{})}
 	}
 	var obj struct {
 		Type     string `json:"type"`
@@ -223,11 +265,8 @@ func (t *ToolChoice) UnmarshalJSON(b []byte) error {
 			Name string `json:"name"`
 		} `json:"function"`
 	}
-	if err := json.Unmarshal(b, &obj); err != nil {
-		return fmt.Errorf("tool_choice must be none, auto, required or a function")
-	}
-	if obj.Type != "function" || obj.Function.Name == "" {
-		return fmt.Errorf("tool_choice object needs type \"function\" and function.name")
+	if err := json.Unmarshal(b, &obj); err != nil || obj.Type != "function" || obj.Function.Name == "" {
+		return typeError(b, ToolChoice{})
 	}
 	*t = ToolChoice{Function: obj.Function.Name}
 	return nil

@@ -87,13 +87,16 @@ func Validate(r *ChatRequest) error {
 	}
 	for i, m := range r.Messages {
 		p := fmt.Sprintf("messages[%d]", i)
+		if m.Content.IsParts && len(m.Content.Parts) == 0 {
+			return InvalidRequest(p+".content", "content array is empty; send at least one part")
+		}
+		if m.Role != "assistant" && len(m.ToolCalls) > 0 {
+			return InvalidRequest(p+".tool_calls", "only assistant messages carry tool_calls")
+		}
 		switch m.Role {
 		case "system", "developer", "user":
 			if m.Content.Null || (!m.Content.IsParts && m.Content.Text == "" && m.Role == "user") {
 				return InvalidRequest(p+".content", fmt.Sprintf("%s message needs content", m.Role))
-			}
-			if len(m.ToolCalls) > 0 {
-				return InvalidRequest(p+".tool_calls", "only assistant messages carry tool_calls")
 			}
 		case "assistant":
 			if m.Content.Null && len(m.ToolCalls) == 0 {
@@ -103,9 +106,22 @@ func Validate(r *ChatRequest) error {
 			if m.ToolCallID == "" {
 				return InvalidRequest(p+".tool_call_id", "tool message needs tool_call_id")
 			}
+			if m.Content.Null {
+				return InvalidRequest(p+".content", "tool message needs content")
+			}
 		}
 		for j, part := range m.Content.Parts {
 			pp := fmt.Sprintf("%s.content[%d]", p, j)
+			// The struct validator does not reach parts (Content has
+			// its own JSON form), so their field rules run here.
+			if err := validate.Struct(part); err != nil {
+				var ve validator.ValidationErrors
+				if errors.As(err, &ve) && len(ve) > 0 {
+					fe := fieldError(ve[0]) // its param is the part's field: "type"
+					return InvalidRequest(pp+"."+paramOr(fe.Param, ""), pp+"."+fe.Message)
+				}
+				return InvalidRequest(pp, err.Error())
+			}
 			switch part.Type {
 			case "text":
 				if part.ImageURL != nil {
@@ -185,13 +201,51 @@ func jsonError(err error) *Error {
 	switch {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
-		return InvalidRequest(field, fmt.Sprintf("%s: expected %s, got JSON %s", orBody(field), typeErr.Type, typeErr.Value))
+		return InvalidRequest(field, fmt.Sprintf("%s: expected %s, got JSON %s", orBody(field), expected(typeErr.Type), typeErr.Value))
 	case errors.As(err, &syntaxErr):
 		return InvalidRequest("", fmt.Sprintf("request body is not valid JSON (at byte %d): %v", syntaxErr.Offset, syntaxErr))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return InvalidRequest("", "request body is truncated JSON")
 	}
 	return InvalidRequest("", "request body: "+err.Error())
+}
+
+// expected names what a field of type t accepts.
+func expected(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(Content{}):
+		return "a string, an array of content parts or null"
+	case reflect.TypeOf(Stop{}):
+		return "a string or an array of strings"
+	case reflect.TypeOf(ToolChoice{}):
+		return `"none", "auto", "required" or {"type":"function","function":{"name":…}}`
+	case nil:
+		return "a value"
+	}
+	switch t.Kind() {
+	case reflect.Slice:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
+	case reflect.Pointer:
+		return expected(t.Elem())
+	}
+	return t.String()
+}
+
+func paramOr(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 func orBody(field string) string {

@@ -43,7 +43,7 @@ var modelOnce struct {
 }
 
 // sharedOllama returns the package's Ollama with the tiny model created.
-func sharedOllama(t *testing.T) *ollamatest.Server {
+func sharedOllama(t testing.TB) *ollamatest.Server {
 	t.Helper()
 	srv := ollamatest.Shared(t)
 	modelOnce.Lock()
@@ -72,12 +72,15 @@ func testLog(t testing.TB) *slog.Logger {
 // env is a running network: gateway stack, one account with an API key,
 // and an OpenAI SDK client for it.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	stack   *devnet.Stack
 	store   store.Store
 	account string
 	apiKey  string
 	client  openai.Client
+	// token is the worker token the env's workers share, as one
+	// contributor's several GPUs would.
+	token string
 }
 
 type envOptions struct {
@@ -86,7 +89,7 @@ type envOptions struct {
 	models  []catalog.Model
 }
 
-func newEnv(t *testing.T, o envOptions) *env {
+func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	st, err := embedded.Open(filepath.Join(t.TempDir(), "c0.db"), embedded.WithNoSync())
 	if err != nil {
@@ -126,10 +129,14 @@ type worker struct {
 // or stop is called.
 func (e *env) startWorker(be backend.Backend, models map[string]string) *worker {
 	e.t.Helper()
-	tok, err := e.stack.IssueWorkerToken(context.Background(), e.account)
-	if err != nil {
-		e.t.Fatal(err)
+	if e.token == "" {
+		tok, err := e.stack.IssueWorkerToken(context.Background(), e.account)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.token = tok
 	}
+	tok := e.token
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		e.t.Fatal(err)
@@ -183,7 +190,5 @@ func (e *env) balance() store.Account {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-var _ = openai.ChatCompletionNewParams{}
 
 func ollamaBackend(srv *ollamatest.Server) backend.Backend { return ollama.New(srv.URL()) }

@@ -73,6 +73,13 @@ func (c *conn) shut(cause closeCause) {
 	close(c.kill)
 }
 
+// ended reports whether shut has been called.
+func (c *conn) ended() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause != nil
+}
+
 func (c *conn) closeCause() closeCause {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -124,8 +131,10 @@ func (r *Relay) serveWebSocket(w http.ResponseWriter, req *http.Request) {
 		r.unreserve(id)
 		r.log.Info("relay: connect refused", "conn", id, "status", status, "err", err)
 		if err != nil {
-			http.Error(w, `{"message": "Internal server error"}`, status)
-			return
+			resp = events.APIGatewayProxyResponse{
+				Headers: map[string]string{"Content-Type": "application/json"},
+				Body:    `{"message": "Internal server error"}`,
+			}
 		}
 		writeProxyResponse(w, resp, status)
 		return
@@ -182,6 +191,11 @@ func (c *conn) readLoop() {
 		if err != nil {
 			c.shut(readCause(err))
 			return
+		}
+		if c.ended() {
+			// Deleted, timed out or shutting down: like AWS, deliver
+			// nothing more from a connection that is gone.
+			continue
 		}
 		now := time.Now()
 		c.lastActive.Store(now.UnixNano())
