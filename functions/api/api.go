@@ -148,7 +148,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/worker-tokens", s.authed(s.listWorkerTokens))
 	mux.Handle("POST /v1/worker-tokens", s.authed(s.createWorkerToken))
 	mux.Handle("DELETE /v1/worker-tokens/{id}", s.authed(s.revokeWorkerToken))
-	mux.Handle("/v1/", handler(func(w http.ResponseWriter, r *http.Request) error {
+	mux.Handle("/", handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
 			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path}
 	}))

@@ -301,5 +301,5 @@ type ToolCall struct {
 // FunctionCall is a call's name and JSON-encoded arguments.
 type FunctionCall struct {
 	Name      string `json:"name,omitempty" validate:"max=64"`
-	Arguments string `json:"arguments,omitempty"`
+	Arguments string `json:"arguments"`
 }

@@ -121,6 +121,10 @@ type Registered struct {
 	Models []string `json:"models"`
 	// Ignored lists registered models the gateway does not offer.
 	Ignored []string `json:"ignored,omitempty"`
+	// BatchMillis is how long the worker may gather deltas into one
+	// chunk after the first. The relay decides: in AWS every message is a
+	// paid invocation, on one machine a message costs microseconds.
+	BatchMillis int `json:"batch_ms" validate:"min=0,max=1000"`
 }
 
 // Job hands a worker a request. It is the only place the prompt travels,

@@ -63,6 +63,8 @@ type Handler struct {
 	Catalog  *catalog.Catalog
 	// ListenerSecret authenticates API listener connections.
 	ListenerSecret string
+	// BatchWindow is what workers are told to gather into one chunk.
+	BatchWindow time.Duration
 	Log            *slog.Logger
 	Now            func() time.Time
 
@@ -266,7 +268,8 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 	if _, err := h.Dispatch.Dispatch(ctx, models); err != nil {
 		h.Log.Error("dispatch on registration", "conn", conn, "err", err)
 	}
-	return encode(&relaymsg.Registered{Conn: conn, Models: models, Ignored: ignored})
+	return encode(&relaymsg.Registered{Conn: conn, Models: models, Ignored: ignored,
+		BatchMillis: int(h.BatchWindow / time.Millisecond)})
 }
 
 // forward relays a worker's chunk, done or fail message to the listener it

@@ -37,6 +37,11 @@ type Config struct {
 	Models    []catalog.Model
 	Limits    api.Limits
 	Log       *slog.Logger
+	// BatchWindow is the workers' chunk batching window. On one machine a
+	// relay message costs microseconds, so the default is 0: every delta
+	// goes at once. (In AWS, where each message is a paid invocation, the
+	// relay function is configured with tens of milliseconds.)
+	BatchWindow time.Duration
 	// RelayOptions tune the relay (tests shorten its timeouts).
 	RelayOptions []relay.Option
 }
@@ -81,7 +86,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	disp := dispatch.New(cfg.Store, s.Conns, log)
 	secret := randomHex(32)
 	routes := &relayroutes.Handler{Store: cfg.Store, Post: s.Conns, Dispatch: disp, Catalog: cat,
-		ListenerSecret: secret, Log: log.With("component", "relay-function")}
+		ListenerSecret: secret, BatchWindow: cfg.BatchWindow, Log: log.With("component", "relay-function")}
 	s.relay = relay.New(routes, append([]relay.Option{relay.WithLogger(log.With("component", "relay"))}, cfg.RelayOptions...)...)
 	s.relaySrv = &http.Server{Handler: s.relay, ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.serveErrs <- serve(s.relaySrv, relayLn) }()

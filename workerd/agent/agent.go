@@ -34,11 +34,10 @@ const (
 	rollAfter = 110 * time.Minute
 	// heartbeatEvery: API Gateway drops a connection idle for 10 min.
 	heartbeatEvery = 4 * time.Minute
-	// batchWindow: chunks carry a few tens of ms of deltas so per-message
-	// overhead (one Lambda invocation per message in AWS) stays small,
-	// while a reader still sees a smooth stream. The first delta of a job
-	// goes at once so time-to-first-token pays no batching delay.
-	batchWindow = 25 * time.Millisecond
+	// The batching window itself comes from the relay (Registered): a
+	// few tens of ms in AWS, where each message is a paid invocation, 0 on
+	// one machine. The first delta of a job always goes at once, so
+	// time-to-first-token pays no batching delay.
 	// batchBytes flushes early: far below the 128 KB message cap even
 	// after JSON escaping.
 	batchBytes = 16 << 10
@@ -84,6 +83,9 @@ func New(cfg Config) *Agent {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = drainTimeout
 	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
 	return &Agent{cfg: cfg}
 }
 
@@ -93,6 +95,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	log := a.cfg.Log
 	backoff := backoffMin
 	var current *session
+	var rollAt time.Time // when to roll current (or retry a failed roll)
 	var retired []*session
 	defer func() {
 		if current != nil {
@@ -101,6 +104,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.waitJobs()
 		for _, s := range append(retired, current) {
 			if s != nil {
+				// Past the drain timeout no one can receive an answer:
+				// stop the backend rather than leave it running.
+				s.cancelJobs()
 				s.close("shutting down")
 			}
 		}
@@ -118,7 +124,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				wait := backoff/2 + rand.N(backoff) // jitter: ±50 %
+				wait := jitter(backoff)
 				log.Warn("not connected; retrying", "err", err, "in", wait.Round(time.Millisecond))
 				backoff = min(backoff*2, backoffMax)
 				select {
@@ -129,8 +135,9 @@ func (a *Agent) Run(ctx context.Context) error {
 				continue
 			}
 			backoff = backoffMin
+			rollAt = current.born.Add(a.cfg.RollAfter)
 		}
-		roll := time.NewTimer(a.cfg.RollAfter - time.Since(current.born))
+		roll := time.NewTimer(time.Until(rollAt))
 		refresh := time.NewTimer(modelRefresh)
 		select {
 		case <-ctx.Done():
@@ -154,12 +161,20 @@ func (a *Agent) Run(ctx context.Context) error {
 				next, err = a.connect(ctx, models)
 			}
 			if err != nil {
-				log.Warn("could not roll the relay connection yet", "err", err)
+				// Retry with backoff: the current connection still serves
+				// (until the relay's duration cap ends it).
+				wait := jitter(backoff)
+				backoff = min(backoff*2, backoffMax)
+				rollAt = time.Now().Add(wait)
+				log.Warn("could not roll the relay connection yet", "err", err, "retry_in", wait.Round(time.Millisecond))
 				continue
 			}
+			backoff = backoffMin
 			log.Info("rolled relay connection", "old", current.conn, "new", next.conn)
 			old := current
 			current = next
+			rollAt = current.born.Add(a.cfg.RollAfter)
+			retired = append(slices.DeleteFunc(retired, (*session).closed), old)
 			old.drain()
 			go func() { old.waitJobs(); old.close("rolled") }()
 		}
@@ -182,6 +197,9 @@ func (a *Agent) refreshModels(ctx context.Context, s *session) {
 		a.cfg.Log.Warn("re-register", "err", err)
 	}
 }
+
+// jitter spreads a backoff wait over ±50 %.
+func jitter(backoff time.Duration) time.Duration { return backoff/2 + rand.N(backoff) }
 
 func (a *Agent) agentString() string { return "workerd/" + a.cfg.Version + " " + a.cfg.Backend.Name() }
 
@@ -274,6 +292,7 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 		}
 		a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models)
 		s := newSession(a, ws, m.Conn, models)
+		s.batch = time.Duration(m.BatchMillis) * time.Millisecond
 		go s.readLoop()
 		go s.heartbeat()
 		return s, nil

@@ -106,8 +106,27 @@ func TestNoModelNoConnectUntilOneAppears(t *testing.T) {
 }
 
 func TestStreamsBatchedChunks(t *testing.T) {
-	t.Parallel()
+	cases := []struct {
+		name      string
+		batchMS   int
+		maxChunks func(deltas int) int
+	}{
+		// 300 deltas emitted back to back: a handful of chunks.
+		{"25 ms window", 25, func(n int) int { return 1 + n/10 }},
+		// The relay may ask for no batching (one machine): a chunk each.
+		{"no window", 0, func(n int) int { return n }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testStreams(t, tc.batchMS, tc.maxChunks)
+		})
+	}
+}
+
+func testStreams(t *testing.T, batchMS int, maxChunks func(int) int) {
 	r := newTestRelay(t)
+	r.batchMillis = batchMS
 	release := make(chan struct{})
 	idx := 0
 	var emitted []oaiwire.Delta
@@ -159,9 +178,8 @@ func TestStreamsBatchedChunks(t *testing.T) {
 	if !reflect.DeepEqual(got, emitted) {
 		t.Errorf("the chunks' deltas differ from the backend's:\n got %+v\nwant %+v", got, emitted)
 	}
-	// 300 deltas emitted back to back: batched into a handful of chunks.
-	if len(chunks) > 1+len(emitted)/10 {
-		t.Errorf("%d chunks for %d quick deltas: not batched", len(chunks), len(emitted))
+	if len(chunks) > maxChunks(len(emitted)) {
+		t.Errorf("%d chunks for %d quick deltas, want at most %d", len(chunks), len(emitted), maxChunks(len(emitted)))
 	}
 	done := end.msg.(*relaymsg.Done)
 	if done.FinishReason != "length" || done.Usage != stopUsage || end.conn != reg.conn {
@@ -487,4 +505,20 @@ func TestDrainTimeout(t *testing.T) {
 	r.waitFor("the disconnect", func(evs []event) bool { return disconnected(evs, reg.conn) >= 0 })
 	// A job past the drain timeout can answer no one: it is stopped.
 	waitClosed(t, call.returned, "the job to be cancelled after the drain timeout")
+}
+
+// A single delta too large for any message cannot be split by the batcher:
+// the job fails, and the fail takes the next unsent seq (no gap the
+// receiver would wait on).
+func TestOversizeDeltaFails(t *testing.T) {
+	t.Parallel()
+	r := newTestRelay(t)
+	be := newScriptedBackend([]string{"m"}, texts("ok", strings.Repeat("x", relaymsg.MaxMessage)))
+	startAgent(t, r, be, nil)
+	reg := r.registered(1)
+	r.sendJob(reg.conn, "j", "m", "hello")
+	chunks, end := checkReply(t, r.waitEnd("j"), "j")
+	if f, ok := end.msg.(*relaymsg.Fail); !ok || f.Code != "backend_error" || content(chunks) != "ok" {
+		t.Fatalf("ended with %s after %q, want fail backend_error after \"ok\"", end, content(chunks))
+	}
 }

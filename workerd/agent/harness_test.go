@@ -69,6 +69,9 @@ type testRelay struct {
 	wsURL string
 	mgmt  *connections.Client
 
+	// batchMillis is the batching window Registered grants (default 25).
+	batchMillis int
+
 	mu       sync.Mutex
 	refuse   bool // answer $connect with 401
 	dials    []time.Time
@@ -83,7 +86,7 @@ func newTestRelay(t *testing.T, opts ...relay.Option) *testRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &testRelay{t: t, key: key, nonces: map[string]bool{}}
+	r := &testRelay{t: t, key: key, nonces: map[string]bool{}, batchMillis: 25}
 	rl := relay.New(relay.HandlerFunc(r.handle), opts...)
 	srv := httptest.NewServer(rl)
 	r.wsURL = "ws" + strings.TrimPrefix(srv.URL, "http")
@@ -151,7 +154,7 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 	_ = json.Unmarshal([]byte(req.Body), &h)
 	r.events = append(r.events, event{conn: id, kind: h.Type, msg: m, size: len(req.Body), at: time.Now()})
 	if reg, isReg := m.(*relaymsg.Register); isReg {
-		b, err := relaymsg.Encode(&relaymsg.Registered{Conn: id, Models: reg.Models})
+		b, err := relaymsg.Encode(&relaymsg.Registered{Conn: id, Models: reg.Models, BatchMillis: r.batchMillis})
 		if err != nil {
 			return events.APIGatewayProxyResponse{}, err
 		}

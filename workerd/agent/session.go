@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ type session struct {
 	conn   string
 	born   time.Time
 	models map[string]string
+	// batch is the chunk batching window the relay asked for.
+	batch time.Duration
 
 	writeMu sync.Mutex
 
@@ -44,6 +47,16 @@ func (s *session) die(err error) {
 		s.mu.Unlock()
 		close(s.dead)
 	})
+}
+
+// closed reports whether the session has ended.
+func (s *session) closed() bool {
+	select {
+	case <-s.dead:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *session) getModels() map[string]string {
@@ -207,7 +220,7 @@ func truncate(s string, n int) string {
 }
 
 // batcher groups a job's deltas into chunks: the first at once, then one
-// per batchWindow or batchBytes.
+// per batch window (the relay's) or batchBytes.
 type batcher struct {
 	s       *session
 	job, to string
@@ -222,27 +235,43 @@ type batcher struct {
 }
 
 func (b *batcher) add(d oaiwire.Delta) error {
+	n := encodedSize(d)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
 		return b.err
 	}
-	b.pending = append(b.pending, d)
-	b.size += len(d.Content) + len(d.Reasoning) + 64
-	for _, tc := range d.ToolCalls {
-		b.size += len(tc.Function.Arguments) + len(tc.Function.Name) + len(tc.ID) + 64
+	if len(b.pending) > 0 && b.size+n > batchBytes {
+		// Flush first, so a chunk holds at most batchBytes of deltas
+		// (or one larger delta alone) and stays under the message cap.
+		if b.flushLocked(); b.err != nil {
+			return b.err
+		}
 	}
+	b.pending = append(b.pending, d)
+	b.size += n
 	switch {
-	case !b.sentAny, b.size >= batchBytes:
+	case !b.sentAny, b.size >= batchBytes, b.s.batch <= 0:
 		b.flushLocked()
 	case b.timer == nil:
-		b.timer = time.AfterFunc(batchWindow, func() {
+		b.timer = time.AfterFunc(b.s.batch, func() {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			b.flushLocked()
 		})
 	}
 	return b.err
+}
+
+// encodedSize is the bytes d takes in a chunk: its JSON, which may be up to
+// six times its text (JSON escapes <, >, & and control characters as
+// \u00XX), and a separating comma.
+func encodedSize(d oaiwire.Delta) int {
+	j, err := json.Marshal(d)
+	if err != nil {
+		return batchBytes // flushed alone; Encode reports the error
+	}
+	return len(j) + 1
 }
 
 func (b *batcher) flush() error {
@@ -261,11 +290,14 @@ func (b *batcher) flushLocked() {
 		return
 	}
 	err := b.s.send(&relaymsg.Chunk{Job: b.job, To: b.to, Seq: b.seq, Deltas: b.pending})
-	b.seq++
 	b.pending, b.size, b.sentAny = nil, 0, true
 	if err != nil {
+		// The chunk was not sent: the job's fail takes its seq, so the
+		// receiver sees no gap.
 		b.err = err
+		return
 	}
+	b.seq++
 }
 
 // end sends the job's last message after its chunks.

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,19 +64,26 @@ func DefaultHome() string {
 	return ".c0mpute"
 }
 
-// OllamaURL turns OLLAMA_HOST (host:port, :port or a URL) into a base URL.
+// OllamaURL turns OLLAMA_HOST (host, host:port, :port or a URL) into a base
+// URL. As in Ollama, a missing port is 11434, and a listen-on-all address
+// (0.0.0.0, ::, empty) is reached on loopback.
 func OllamaURL(host string) string {
+	host = strings.TrimSpace(host)
 	switch {
 	case host == "":
 		return "http://127.0.0.1:11434"
 	case strings.HasPrefix(host, "http://"), strings.HasPrefix(host, "https://"):
 		return strings.TrimRight(host, "/")
-	case strings.HasPrefix(host, ":"):
-		return "http://127.0.0.1" + host
-	case strings.HasPrefix(host, "0.0.0.0:"):
-		return "http://127.0.0.1" + strings.TrimPrefix(host, "0.0.0.0")
 	}
-	return "http://" + host
+	h, port, err := net.SplitHostPort(host)
+	if err != nil { // no port
+		h, port = strings.Trim(host, "[]"), "11434"
+	}
+	switch h {
+	case "", "0.0.0.0", "::":
+		h = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(h, port)
 }
 
 // ParseModels reads "id=backend,id2=backend2" (or bare names served under
@@ -91,6 +99,7 @@ func ParseModels(s string) (map[string]string, error) {
 		if !ok {
 			name = id
 		}
+		id, name = strings.TrimSpace(id), strings.TrimSpace(name)
 		if id == "" || name == "" {
 			return nil, fmt.Errorf("models: %q is not id=backend-model", part)
 		}

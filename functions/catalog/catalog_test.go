@@ -1,0 +1,50 @@
+package catalog
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaultResolvesAliases(t *testing.T) {
+	c, err := New(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"c0mpute-pro": "c0mpute-pro", "devstral-24b": "code",
+		"c0mpute-code": "code", "c0mpute-max-supergemma": "c0mpute-max"} {
+		m, ok := c.Resolve(name)
+		if !ok || m.ID != want {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", name, m.ID, ok, want)
+		}
+	}
+	if _, ok := c.Resolve("gpt-4"); ok {
+		t.Error("unknown model resolved")
+	}
+	if m, _ := c.Resolve("c0mpute-max-think"); m.Price != 20 {
+		t.Errorf("price %d", m.Price)
+	}
+}
+
+func TestRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"duplicate id":  `[{"id":"a","price":1},{"id":"a","price":2}]`,
+		"alias clash":   `[{"id":"a","price":1},{"id":"b","price":1,"aliases":["a"]}]`,
+		"zero price":    `[{"id":"a","price":0}]`,
+		"no id":         `[{"price":3}]`,
+		"unknown field": `[{"id":"a","price":1,"cost":2}]`,
+		"float price":   `[{"id":"a","price":1.5}]`,
+		"not an array":  `{"id":"a"}`,
+		"empty alias":   `[{"id":"a","price":1,"aliases":[""]}]`,
+	} {
+		if _, err := Load(strings.NewReader(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c, err := Load(strings.NewReader(`[{"id":"a","price":7,"aliases":["b"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := c.Resolve("b"); !ok || m.Price != 7 {
+		t.Errorf("alias: %+v %v", m, ok)
+	}
+}
