@@ -227,7 +227,17 @@ func TestRunServesAndStopsOnSIGTERM(t *testing.T) {
 	if err := connections.NewLocal(srv.URL).Post(context.Background(), c, b); err != nil {
 		t.Fatal(err)
 	}
-	d := find("done", func(m any) bool { _, ok := m.(*relaymsg.Done); return ok }).(*relaymsg.Done)
+	end := find("done", func(m any) bool {
+		switch m.(type) {
+		case *relaymsg.Done, *relaymsg.Fail:
+			return true
+		}
+		return false
+	})
+	d, ok := end.(*relaymsg.Done)
+	if !ok {
+		t.Fatalf("the job ended with %+v", end)
+	}
 	if d.Job != "j1" || d.FinishReason != "stop" || d.Usage.TotalTokens != 5 {
 		t.Errorf("done %+v", d)
 	}

@@ -275,35 +275,53 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 		ws.CloseNow()
 		return nil, fmt.Errorf("register: %w", err)
 	}
-	_, b, err := ws.Read(dctx)
-	if err != nil {
-		ws.CloseNow()
-		return nil, fmt.Errorf("register: %w", err)
-	}
-	m, err := relaymsg.Decode(b)
-	if err != nil {
-		ws.CloseNow()
-		return nil, fmt.Errorf("register: %w", err)
-	}
-	switch m := m.(type) {
-	case *relaymsg.Registered:
-		if len(m.Ignored) > 0 {
-			a.cfg.Log.Warn("the network does not offer some models", "ignored", m.Ignored)
+	// A job may arrive before Registered: the relay dispatches on
+	// registration, and API Gateway orders a route response after nothing
+	// posted meanwhile. Such messages are kept and handled once registered.
+	var early []any
+	for {
+		_, b, err := ws.Read(dctx)
+		if err != nil {
+			ws.CloseNow()
+			return nil, fmt.Errorf("register: %w", err)
 		}
-		a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models)
-		s := newSession(a, ws, m.Conn, models)
-		s.batch = time.Duration(m.BatchMillis) * time.Millisecond
-		go s.readLoop()
-		go s.heartbeat()
-		return s, nil
-	case *relaymsg.Error:
-		ws.CloseNow()
-		return nil, fmt.Errorf("register refused: %s: %s", m.Code, m.Message)
-	default:
-		ws.CloseNow()
-		return nil, fmt.Errorf("register: unexpected %T", m)
+		m, err := relaymsg.Decode(b)
+		if err != nil {
+			ws.CloseNow()
+			return nil, fmt.Errorf("register: %w", err)
+		}
+		switch m := m.(type) {
+		case *relaymsg.Registered:
+			if len(m.Ignored) > 0 {
+				a.cfg.Log.Warn("the network does not offer some models", "ignored", m.Ignored)
+			}
+			a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models)
+			s := newSession(a, ws, m.Conn, models)
+			s.batch = time.Duration(m.BatchMillis) * time.Millisecond
+			for _, e := range early {
+				s.handle(e)
+			}
+			go s.readLoop()
+			go s.heartbeat()
+			return s, nil
+		case *relaymsg.Error:
+			ws.CloseNow()
+			return nil, fmt.Errorf("register refused: %s: %s", m.Code, m.Message)
+		case *relaymsg.Job, *relaymsg.Cancel:
+			if len(early) >= maxEarly {
+				ws.CloseNow()
+				return nil, fmt.Errorf("register: %d messages and no registered", len(early))
+			}
+			early = append(early, m)
+		default:
+			ws.CloseNow()
+			return nil, fmt.Errorf("register: unexpected %T", m)
+		}
 	}
 }
+
+// maxEarly bounds the jobs and cancels kept while waiting for Registered.
+const maxEarly = 64
 
 // errClosed is a session's error after an orderly close.
 var errClosed = errors.New("session closed")

@@ -522,3 +522,39 @@ func TestOversizeDeltaFails(t *testing.T) {
 		t.Fatalf("ended with %s after %q, want fail backend_error after \"ok\"", end, content(chunks))
 	}
 }
+
+// The relay dispatches when a worker registers, so a job can reach the
+// worker before the Registered reply; the agent keeps it and runs it on
+// that connection instead of dropping the connection.
+func TestJobBeforeRegistered(t *testing.T) {
+	t.Parallel()
+	r := newTestRelay(t)
+	var req oaiwire.ChatRequest
+	req.Model = "m"
+	req.Messages = []oaiwire.Message{{Role: "user", Content: oaiwire.Content{Text: "early"}}}
+	early, err := relaymsg.Encode(&relaymsg.Job{Job: "early", ReplyTo: listener, Model: "m", Request: req, Deadline: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	posted := make(chan error, 1)
+	r.onRegister = func(conn string) {
+		select {
+		case posted <- r.mgmt.Post(context.Background(), conn, early):
+		default: // only the first registration
+		}
+	}
+	be := newScriptedBackend([]string{"m"}, texts("on time"))
+	startAgent(t, r, be, nil)
+	reg := r.registered(1)
+	if err := <-posted; err != nil {
+		t.Fatal(err)
+	}
+	evs := r.waitEnd("early")
+	chunks, end := checkReply(t, evs, "early")
+	if end.kind != relaymsg.TypeDone || end.conn != reg.conn || content(chunks) != "on time" {
+		t.Errorf("early job ended with %s on %s (registered on %s), content %q", end, end.conn, reg.conn, content(chunks))
+	}
+	if n := len(ofKind(evs, relaymsg.TypeRegister)); n != 1 {
+		t.Errorf("%d registrations: the connection was dropped", n)
+	}
+}

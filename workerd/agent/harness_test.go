@@ -71,6 +71,9 @@ type testRelay struct {
 
 	// batchMillis is the batching window Registered grants (default 25).
 	batchMillis int
+	// onRegister, when set, runs inside the Register handler, before the
+	// Registered reply goes out (as the relay dispatches on registration).
+	onRegister func(conn string)
 
 	mu       sync.Mutex
 	refuse   bool // answer $connect with 401
@@ -154,6 +157,9 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 	_ = json.Unmarshal([]byte(req.Body), &h)
 	r.events = append(r.events, event{conn: id, kind: h.Type, msg: m, size: len(req.Body), at: time.Now()})
 	if reg, isReg := m.(*relaymsg.Register); isReg {
+		if r.onRegister != nil {
+			r.onRegister(id)
+		}
 		b, err := relaymsg.Encode(&relaymsg.Registered{Conn: id, Models: reg.Models, BatchMillis: r.batchMillis})
 		if err != nil {
 			return events.APIGatewayProxyResponse{}, err

@@ -106,21 +106,26 @@ func (s *session) readLoop() {
 			s.a.cfg.Log.Warn("bad message from relay", "err", err)
 			continue
 		}
-		switch m := m.(type) {
-		case *relaymsg.Job:
-			s.start(m)
-		case *relaymsg.Cancel:
-			s.mu.Lock()
-			cancel := s.jobs[m.Job]
-			s.mu.Unlock()
-			if cancel != nil {
-				cancel()
-			}
-		case *relaymsg.Registered:
-			s.a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models, "ignored", m.Ignored)
-		case *relaymsg.Error:
-			s.a.cfg.Log.Warn("relay reported an error", "code", m.Code, "message", m.Message)
+		s.handle(m)
+	}
+}
+
+// handle acts on one message from the relay.
+func (s *session) handle(m any) {
+	switch m := m.(type) {
+	case *relaymsg.Job:
+		s.start(m)
+	case *relaymsg.Cancel:
+		s.mu.Lock()
+		cancel := s.jobs[m.Job]
+		s.mu.Unlock()
+		if cancel != nil {
+			cancel()
 		}
+	case *relaymsg.Registered:
+		s.a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models, "ignored", m.Ignored)
+	case *relaymsg.Error:
+		s.a.cfg.Log.Warn("relay reported an error", "code", m.Code, "message", m.Message)
 	}
 }
 
