@@ -65,8 +65,8 @@ type Handler struct {
 	ListenerSecret string
 	// BatchWindow is what workers are told to gather into one chunk.
 	BatchWindow time.Duration
-	Log            *slog.Logger
-	Now            func() time.Time
+	Log         *slog.Logger
+	Now         func() time.Time
 
 	// listeners caches known listener connections: a chunk is forwarded
 	// only to a listener, and listeners are few and long-lived, so the
