@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,29 +36,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var modelOnce struct {
-	sync.Mutex
-	done map[string]bool
-}
-
 // sharedOllama returns the package's Ollama with the tiny model created.
 func sharedOllama(t testing.TB) *ollamatest.Server {
 	t.Helper()
-	srv := ollamatest.Shared(t)
-	modelOnce.Lock()
-	defer modelOnce.Unlock()
-	if modelOnce.done == nil {
-		modelOnce.done = map[string]bool{}
-	}
-	if !modelOnce.done[srv.URL()] {
-		gguf, err := testmodel.Bytes(testmodel.Options{Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.CreateModel(t, tinyModel, gguf)
-		modelOnce.done[srv.URL()] = true
-	}
-	return srv
+	return ollamatest.TinyModel(t, tinyModel, testmodel.Options{Seed: 7})
 }
 
 func testLog(t testing.TB) *slog.Logger {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/infra/testenv"
+	"github.com/c0mpute/c0mpute/infra/testmodel"
 )
 
 // BinEnv names the variable that points at an ollama binary.
@@ -119,6 +120,40 @@ func Shared(t testing.TB) *Server {
 		t.Fatalf("ollamatest: %v", shared.err)
 	}
 	return shared.s
+}
+
+var models struct {
+	sync.Mutex
+	err map[string]error // by server URL and model name: the creation's outcome
+}
+
+// TinyModel returns the Shared server with model name created in it from
+// the generated model (infra/testmodel) with opts. The model is created
+// once per server; a failed creation fails every test that asks for it.
+// Later calls for the same name get the first model whatever their opts.
+func TinyModel(t testing.TB, name string, opts testmodel.Options) *Server {
+	t.Helper()
+	s := Shared(t)
+	models.Lock()
+	defer models.Unlock()
+	if models.err == nil {
+		models.err = map[string]error{}
+	}
+	key := s.url + " " + name
+	err, done := models.err[key]
+	if !done {
+		var gguf []byte
+		if gguf, err = testmodel.Bytes(opts); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			err = Create(ctx, s.url, name, gguf)
+			cancel()
+		}
+		models.err[key] = err
+	}
+	if err != nil {
+		t.Fatalf("ollamatest: create model %s: %v", name, err)
+	}
+	return s
 }
 
 // StopShared stops the shared server, if one was started.

@@ -4,7 +4,6 @@
 package ollama
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -13,13 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/workerd/backend"
+	"github.com/c0mpute/c0mpute/workerd/backend/httpstream"
 )
 
 // DefaultMaxLine bounds one NDJSON line of the stream. A reply chunk is a
@@ -50,24 +48,11 @@ func WithMaxLine(n int) Option { return func(b *Backend) { b.maxLine = n } }
 // New returns a backend for the Ollama at baseURL, e.g.
 // http://127.0.0.1:11434.
 func New(baseURL string, opts ...Option) *Backend {
-	b := &Backend{base: strings.TrimRight(baseURL, "/"), hc: defaultClient(), maxLine: DefaultMaxLine, newID: callID}
+	b := &Backend{base: strings.TrimRight(baseURL, "/"), hc: httpstream.Client(), maxLine: DefaultMaxLine, newID: callID}
 	for _, o := range opts {
 		o(b)
 	}
 	return b
-}
-
-func defaultClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          32,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}}
 }
 
 // Name is "ollama".
@@ -142,18 +127,11 @@ func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatReque
 
 // do sends req and turns a non-2xx answer into a *StatusError.
 func (b *Backend) do(req *http.Request) (*http.Response, error) {
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		if ctxErr := req.Context().Err(); ctxErr != nil {
-			return nil, ctxErr
-		}
-		return nil, fmt.Errorf("ollama: %w", err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return httpstream.Do(b.hc, req, "ollama", statusError)
+}
+
+// statusError is the *StatusError for a non-2xx answer with body raw.
+func statusError(resp *http.Response, raw []byte) error {
 	var e struct {
 		Error string `json:"error"`
 	}
@@ -164,7 +142,7 @@ func (b *Backend) do(req *http.Request) (*http.Response, error) {
 	if msg == "" {
 		msg = resp.Status
 	}
-	return nil, &StatusError{StatusCode: resp.StatusCode, Message: msg}
+	return &StatusError{StatusCode: resp.StatusCode, Message: msg}
 }
 
 // callID is a fresh tool call id: Ollama's calls have none.
@@ -205,8 +183,7 @@ type decoder struct {
 // stream reads the NDJSON stream to its done line, emitting deltas. Once
 // ctx is done it emits nothing more and returns ctx's error.
 func (d *decoder) stream(ctx context.Context, r io.Reader, maxLine int, emit func(oaiwire.Delta) error) (backend.Result, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), maxLine)
+	sc := httpstream.NewScanner(r, maxLine, "ollama")
 	for sc.Scan() {
 		deltas, err := d.line(sc.Bytes())
 		if err != nil {
@@ -228,10 +205,7 @@ func (d *decoder) stream(ctx context.Context, r io.Reader, maxLine int, emit fun
 		return backend.Result{}, err
 	}
 	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return backend.Result{}, fmt.Errorf("ollama: stream line longer than %d bytes", maxLine)
-		}
-		return backend.Result{}, fmt.Errorf("ollama: read stream: %w", err)
+		return backend.Result{}, err
 	}
 	// Ollama ends a reply this way when it aborts it: 0.6.5 does so
 	// silently when one token repeats more than 30 times.

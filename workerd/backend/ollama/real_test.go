@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/workerd/backend/backendtest"
 )
 
 func postJSON(t *testing.T, url string, body, out any) {
@@ -64,15 +65,15 @@ func TestRealOllamaDeterministic(t *testing.T) {
 		v1 bool
 	}{
 		{"greedy", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](12),
-			Messages: []oaiwire.Message{user("hello")}}, true},
+			Messages: []oaiwire.Message{backendtest.User("hello")}}, true},
 		{"seeded sampling", oaiwire.ChatRequest{Temperature: ptr(1.5), TopP: ptr(1.0), Seed: ptr[int64](42), MaxTokens: ptr[int64](12),
-			Messages: []oaiwire.Message{user("tell me a story")}}, true},
+			Messages: []oaiwire.Message{backendtest.User("tell me a story")}}, true},
 		{"system and history", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](9),
 			Messages: []oaiwire.Message{
 				{Role: "system", Content: oaiwire.Content{Text: "be brief"}},
-				user("hi"),
+				backendtest.User("hi"),
 				{Role: "assistant", Content: oaiwire.Content{Text: " the cat"}},
-				user("and then?"),
+				backendtest.User("and then?"),
 			}}, true},
 		{"developer role and content parts", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxCompletionTokens: ptr[int64](9),
 			Messages: []oaiwire.Message{
@@ -82,15 +83,15 @@ func TestRealOllamaDeterministic(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			first := run(context.Background(), b, tinyModel, &tt.req)
-			second := run(context.Background(), b, tinyModel, &tt.req)
+			first := backendtest.Run(context.Background(), b, tinyModel, &tt.req)
+			second := backendtest.Run(context.Background(), b, tinyModel, &tt.req)
 			if first.Error != "" {
 				t.Fatal(first.Error)
 			}
-			text := first.content()
+			text := first.Content()
 			n := tt.req.Limit()
-			if second.content() != text || second.Result != first.Result {
-				t.Errorf("two runs differ:\n%q %+v\n%q %+v", text, first.Result, second.content(), second.Result)
+			if second.Content() != text || second.Result != first.Result {
+				t.Errorf("two runs differ:\n%q %+v\n%q %+v", text, first.Result, second.Content(), second.Result)
 			}
 			if len(first.Deltas) != int(n) || len(strings.Fields(text)) != int(n) {
 				t.Errorf("%d deltas, %d words for %d tokens: %q", len(first.Deltas), len(strings.Fields(text)), n, text)
@@ -140,15 +141,15 @@ func TestRealOllamaMaxTokens(t *testing.T) {
 	b := New(realOllama(t).URL())
 	for _, n := range []int64{1, 2, 7, 25} {
 		for _, field := range []string{"max_tokens", "max_completion_tokens"} {
-			req := oaiwire.ChatRequest{Temperature: ptr(0.0), Messages: []oaiwire.Message{user("count")}}
+			req := oaiwire.ChatRequest{Temperature: ptr(0.0), Messages: []oaiwire.Message{backendtest.User("count")}}
 			if field == "max_tokens" {
 				req.MaxTokens = &n
 			} else {
 				req.MaxCompletionTokens, req.MaxTokens = &n, ptr[int64](1000)
 			}
-			c := run(context.Background(), b, tinyModel, &req)
-			if c.Error != "" || c.Result.FinishReason != "length" || c.Result.Usage.CompletionTokens != n || len(strings.Fields(c.content())) != int(n) {
-				t.Errorf("%s=%d: %q %+v %s", field, n, c.content(), c.Result, c.Error)
+			c := backendtest.Run(context.Background(), b, tinyModel, &req)
+			if c.Error != "" || c.Result.FinishReason != "length" || c.Result.Usage.CompletionTokens != n || len(strings.Fields(c.Content())) != int(n) {
+				t.Errorf("%s=%d: %q %+v %s", field, n, c.Content(), c.Result, c.Error)
 			}
 		}
 	}
@@ -158,8 +159,8 @@ func TestRealOllamaMaxTokens(t *testing.T) {
 // reason stop, and is not part of the content.
 func TestRealOllamaStop(t *testing.T) {
 	b := New(realOllama(t).URL())
-	base := oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](16), Messages: []oaiwire.Message{user("go on")}}
-	full := run(context.Background(), b, tinyModel, &base).content()
+	base := oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](16), Messages: []oaiwire.Message{backendtest.User("go on")}}
+	full := backendtest.Run(context.Background(), b, tinyModel, &base).Content()
 	words := strings.Fields(full)
 	if len(words) != 16 {
 		t.Fatalf("baseline %q", full)
@@ -182,7 +183,7 @@ func TestRealOllamaStop(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req := base
 			req.Stop = tt.stop
-			c := run(context.Background(), b, tinyModel, &req)
+			c := backendtest.Run(context.Background(), b, tinyModel, &req)
 			if c.Error != "" {
 				t.Fatal(c.Error)
 			}
@@ -192,7 +193,7 @@ func TestRealOllamaStop(t *testing.T) {
 					cut, reason = i, "stop"
 				}
 			}
-			if got := c.content(); got != full[:cut] || c.Result.FinishReason != reason {
+			if got := c.Content(); got != full[:cut] || c.Result.FinishReason != reason {
 				t.Errorf("stop %q: %q, %s; want %q, %s", tt.stop, got, c.Result.FinishReason, full[:cut], reason)
 			}
 			// Ollama counts the tokens that made up the stop string.
@@ -207,7 +208,7 @@ func TestRealOllamaStop(t *testing.T) {
 			if c.Result.Usage.CompletionTokens != tokens {
 				t.Errorf("stop %q: %d completion tokens, want %d", tt.stop, c.Result.Usage.CompletionTokens, tokens)
 			}
-			t.Logf("stop %q: %q, %+v", tt.stop, c.content(), c.Result)
+			t.Logf("stop %q: %q, %+v", tt.stop, c.Content(), c.Result)
 		})
 	}
 }
@@ -216,7 +217,7 @@ func TestRealOllamaStop(t *testing.T) {
 // endless generation at once, and the server then serves the next request.
 func TestRealOllamaCancel(t *testing.T) {
 	b := New(realOllama(t).URL())
-	endless := oaiwire.ChatRequest{Temperature: ptr(0.0), Messages: []oaiwire.Message{user("never stop")}} // no limit: this model never ends
+	endless := oaiwire.ChatRequest{Temperature: ptr(0.0), Messages: []oaiwire.Message{backendtest.User("never stop")}} // no limit: this model never ends
 
 	t.Run("context", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -254,7 +255,7 @@ func TestRealOllamaCancel(t *testing.T) {
 	})
 	t.Run("server free after", func(t *testing.T) {
 		start := time.Now()
-		c := run(context.Background(), b, tinyModel, &oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](3), Messages: endless.Messages})
+		c := backendtest.Run(context.Background(), b, tinyModel, &oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](3), Messages: endless.Messages})
 		if c.Error != "" || c.Result.Usage.CompletionTokens != 3 {
 			t.Errorf("%+v", c)
 		}
@@ -264,7 +265,7 @@ func TestRealOllamaCancel(t *testing.T) {
 
 func TestRealOllamaErrors(t *testing.T) {
 	b := New(realOllama(t).URL())
-	req := oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}, MaxTokens: ptr[int64](2)}
+	req := oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}, MaxTokens: ptr[int64](2)}
 	tests := []struct {
 		name, model string
 		req         oaiwire.ChatRequest
@@ -299,14 +300,14 @@ func TestRealOllamaToolsAccepted(t *testing.T) {
 		Tools: []oaiwire.Tool{{Type: "function", Function: oaiwire.FunctionDef{Name: "get_weather", Description: "weather in a city",
 			Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","description":"the city"}},"required":["city"]}`)}}},
 		Messages: []oaiwire.Message{
-			user("weather in Paris?"),
+			backendtest.User("weather in Paris?"),
 			{Role: "assistant", Content: oaiwire.Content{Null: true}, ToolCalls: []oaiwire.ToolCall{{ID: "call_1", Type: "function",
 				Function: oaiwire.FunctionCall{Name: "get_weather", Arguments: `{"city":"Paris"}`}}}},
 			{Role: "tool", ToolCallID: "call_1", Content: oaiwire.Content{Text: `{"temp_c":21}`}},
 		},
 	}
-	c := run(context.Background(), b, tinyModel, &req)
-	if c.Error != "" || len(strings.Fields(c.content())) != 4 || c.Result.FinishReason != "length" {
+	c := backendtest.Run(context.Background(), b, tinyModel, &req)
+	if c.Error != "" || len(strings.Fields(c.Content())) != 4 || c.Result.FinishReason != "length" {
 		t.Errorf("%+v", c)
 	}
 }
@@ -318,9 +319,9 @@ func TestRealOllamaToolsAccepted(t *testing.T) {
 // word after 8.
 func TestRealOllamaRepeatAbort(t *testing.T) {
 	b := New(realOllama(t).URL())
-	c := run(context.Background(), b, tinyModel, &oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](60),
-		Messages: []oaiwire.Message{user("count")}})
-	words := strings.Fields(c.content())
+	c := backendtest.Run(context.Background(), b, tinyModel, &oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](60),
+		Messages: []oaiwire.Message{backendtest.User("count")}})
+	words := strings.Fields(c.Content())
 	if !strings.Contains(c.Error, "ended before done") || len(words) >= 60 {
 		t.Errorf("%d words, error %q; want the abort reported as an error", len(words), c.Error)
 	}

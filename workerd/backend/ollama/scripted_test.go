@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/workerd/backend/backendtest"
 )
 
 // scripted serves body (with status) for POST /api/chat and records the
@@ -67,9 +68,9 @@ func TestScriptedOllamaStreams(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := newScripted(t, 200, string(body))
-			c := run(context.Background(), New(s.URL, counterIDs()), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}})
+			c := backendtest.Run(context.Background(), New(s.URL, counterIDs()), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}})
 			checkToolDeltas(t, c.Deltas)
-			golden(t, "streams/"+name+".golden", c)
+			backendtest.Golden(t, "streams/"+name+".golden", c)
 		})
 	}
 }
@@ -93,7 +94,7 @@ func checkToolDeltas(t *testing.T, ds []oaiwire.Delta) {
 func TestScriptedOllamaRandomIDs(t *testing.T) {
 	body, _ := os.ReadFile("testdata/streams/tool_calls_v065.ndjson")
 	s := newScripted(t, 200, string(body))
-	c := run(context.Background(), New(s.URL), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}})
+	c := backendtest.Run(context.Background(), New(s.URL), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}})
 	if len(c.Deltas) != 2 {
 		t.Fatalf("%+v", c)
 	}
@@ -123,7 +124,7 @@ func TestScriptedOllamaRequests(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := newScripted(t, 200, `{"message":{"content":"ok"},"done":true,"done_reason":"stop"}`+"\n")
-			c := run(context.Background(), New(s.URL), "served-model", &req)
+			c := backendtest.Run(context.Background(), New(s.URL), "served-model", &req)
 			var out struct {
 				Sent  json.RawMessage `json:"sent,omitempty"`
 				Error string          `json:"error,omitempty"`
@@ -133,7 +134,7 @@ func TestScriptedOllamaRequests(t *testing.T) {
 			case out.Sent = <-s.got:
 			default:
 			}
-			golden(t, "requests/"+name+".golden.json", out)
+			backendtest.Golden(t, "requests/"+name+".golden.json", out)
 		})
 	}
 }
@@ -154,7 +155,7 @@ func TestScriptedOllamaHTTPErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newScripted(t, tt.status, tt.body)
 			b := New(s.URL)
-			_, err := b.Chat(context.Background(), "x", &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}}, func(oaiwire.Delta) error { return nil })
+			_, err := b.Chat(context.Background(), "x", &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}}, func(oaiwire.Delta) error { return nil })
 			var se *StatusError
 			if !errors.As(err, &se) || se.StatusCode != tt.status || err.Error() != tt.want {
 				t.Errorf("Chat err = %v, want %q", err, tt.want)
@@ -169,12 +170,12 @@ func TestScriptedOllamaHTTPErrors(t *testing.T) {
 func TestScriptedOllamaLineLimit(t *testing.T) {
 	long := `{"message":{"content":"` + strings.Repeat("x", 5000) + `"},"done":false}` + "\n"
 	s := newScripted(t, 200, long+`{"done":true}`+"\n")
-	c := run(context.Background(), New(s.URL, WithMaxLine(4096)), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}})
+	c := backendtest.Run(context.Background(), New(s.URL, WithMaxLine(4096)), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}})
 	if !strings.Contains(c.Error, "longer than 4096 bytes") || len(c.Deltas) != 0 {
 		t.Errorf("%+v", c)
 	}
-	c = run(context.Background(), New(s.URL), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}})
-	if c.Error != "" || len(c.content()) != 5000 {
+	c = backendtest.Run(context.Background(), New(s.URL), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}})
+	if c.Error != "" || len(c.Content()) != 5000 {
 		t.Errorf("default limit: %v", c.Error)
 	}
 }
@@ -196,8 +197,8 @@ func TestScriptedOllamaStall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	c := run(ctx, New(srv.URL), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}})
-	if c.Error != context.DeadlineExceeded.Error() || c.content() != "a" || time.Since(start) > 2*time.Second {
+	c := backendtest.Run(ctx, New(srv.URL), "m", &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}})
+	if c.Error != context.DeadlineExceeded.Error() || c.Content() != "a" || time.Since(start) > 2*time.Second {
 		t.Errorf("%+v after %v", c, time.Since(start))
 	}
 }

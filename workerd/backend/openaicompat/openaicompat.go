@@ -4,21 +4,19 @@
 package openaicompat
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/workerd/backend"
+	"github.com/c0mpute/c0mpute/workerd/backend/httpstream"
 )
 
 // DefaultMaxLine bounds one line of the event stream.
@@ -61,24 +59,11 @@ func New(baseURL string, opts ...Option) *Backend {
 	if !strings.HasSuffix(base, "/v1") {
 		base += "/v1"
 	}
-	b := &Backend{base: base, hc: defaultClient(), maxLine: DefaultMaxLine}
+	b := &Backend{base: base, hc: httpstream.Client(), maxLine: DefaultMaxLine}
 	for _, o := range opts {
 		o(b)
 	}
 	return b
-}
-
-func defaultClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          32,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}}
 }
 
 // Name is "openai".
@@ -199,18 +184,11 @@ func (b *Backend) do(req *http.Request) (*http.Response, error) {
 	if b.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+b.apiKey)
 	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		if ctxErr := req.Context().Err(); ctxErr != nil {
-			return nil, ctxErr
-		}
-		return nil, fmt.Errorf("openai backend: %w", err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return httpstream.Do(b.hc, req, "openai backend", statusError)
+}
+
+// statusError is the *APIError for a non-2xx answer with body raw.
+func statusError(resp *http.Response, raw []byte) error {
 	e := errorFrom(raw)
 	if e == nil {
 		e = &APIError{Message: strings.TrimSpace(string(raw))}
@@ -219,7 +197,7 @@ func (b *Backend) do(req *http.Request) (*http.Response, error) {
 		}
 	}
 	e.StatusCode = resp.StatusCode
-	return nil, e
+	return e
 }
 
 // errorFrom reads an error document: OpenAI's {"error":{"message",…}},
@@ -308,8 +286,7 @@ type decoder struct {
 // ends without [DONE] after a finish_reason is accepted. Once ctx is done
 // it emits nothing more and returns ctx's error.
 func (d *decoder) stream(ctx context.Context, r io.Reader, maxLine int, emit func(oaiwire.Delta) error) (backend.Result, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, min(64<<10, maxLine)), maxLine)
+	sc := httpstream.NewScanner(r, maxLine, "openai backend")
 	var data []byte
 	var has bool
 	dispatch := func() error {
@@ -361,10 +338,7 @@ func (d *decoder) stream(ctx context.Context, r io.Reader, maxLine int, emit fun
 		return backend.Result{}, err
 	}
 	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return backend.Result{}, fmt.Errorf("openai backend: stream line longer than %d bytes", maxLine)
-		}
-		return backend.Result{}, fmt.Errorf("openai backend: read stream: %w", err)
+		return backend.Result{}, err
 	}
 	if err := dispatch(); err != nil { // an event not closed by a blank line
 		return backend.Result{}, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/workerd/backend/backendtest"
 	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 )
 
@@ -39,24 +40,24 @@ func TestRealOllamaV1Chat(t *testing.T) {
 		req    oaiwire.ChatRequest
 		finish string
 	}{
-		{"greedy", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](12), Messages: []oaiwire.Message{user("hello")}}, "length"},
+		{"greedy", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](12), Messages: []oaiwire.Message{backendtest.User("hello")}}, "length"},
 		{"seeded sampling", oaiwire.ChatRequest{Temperature: ptr(1.5), TopP: ptr(1.0), Seed: ptr[int64](42), MaxTokens: ptr[int64](12),
-			Messages: []oaiwire.Message{user("tell me a story")}}, "length"},
+			Messages: []oaiwire.Message{backendtest.User("tell me a story")}}, "length"},
 		// Ollama ignores max_completion_tokens: it arrives as max_tokens.
-		{"max_completion_tokens", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxCompletionTokens: ptr[int64](5), Messages: []oaiwire.Message{user("hello")}}, "length"},
+		{"max_completion_tokens", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxCompletionTokens: ptr[int64](5), Messages: []oaiwire.Message{backendtest.User("hello")}}, "length"},
 		// Sent on verbatim, these would render another prompt on Ollama's /v1.
 		{"developer role and text parts", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](9),
 			Messages: []oaiwire.Message{
 				{Role: "developer", Content: oaiwire.Content{Text: "be brief"}},
 				{Role: "user", Content: oaiwire.Content{IsParts: true, Parts: []oaiwire.Part{{Type: "text", Text: "and"}, {Type: "text", Text: " then?"}}}},
 			}}, "length"},
-		{"stop", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](12), Stop: oaiwire.Stop{" dog"}, Messages: []oaiwire.Message{user("hello")}}, "stop"},
+		{"stop", oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](12), Stop: oaiwire.Stop{" dog"}, Messages: []oaiwire.Message{backendtest.User("hello")}}, "stop"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			first := run(context.Background(), b, tinyModel, &tt.req)
-			second := run(context.Background(), b, tinyModel, &tt.req)
-			ref := run(context.Background(), native, tinyModel, &tt.req)
+			first := backendtest.Run(context.Background(), b, tinyModel, &tt.req)
+			second := backendtest.Run(context.Background(), b, tinyModel, &tt.req)
+			ref := backendtest.Run(context.Background(), native, tinyModel, &tt.req)
 			if first.Error != "" || ref.Error != "" {
 				t.Fatalf("openai: %s; native: %s", first.Error, ref.Error)
 			}
@@ -64,7 +65,7 @@ func TestRealOllamaV1Chat(t *testing.T) {
 				t.Errorf("two runs differ:\n%+v\n%+v", first, second)
 			}
 			if !reflect.DeepEqual(first.Deltas, ref.Deltas) || first.Result != ref.Result {
-				t.Errorf("/v1 and native differ:\n%q %+v\n%q %+v", first.content(), first.Result, ref.content(), ref.Result)
+				t.Errorf("/v1 and native differ:\n%q %+v\n%q %+v", first.Content(), first.Result, ref.Content(), ref.Result)
 			}
 			if first.Result.FinishReason != tt.finish || first.Result.Usage.PromptTokens == 0 {
 				t.Errorf("result %+v, want finish %s", first.Result, tt.finish)
@@ -72,14 +73,14 @@ func TestRealOllamaV1Chat(t *testing.T) {
 			if n := tt.req.Limit(); tt.finish == "length" && (first.Result.Usage.CompletionTokens != n || len(first.Deltas) != int(n)) {
 				t.Errorf("%d deltas, usage %+v for %d tokens", len(first.Deltas), first.Result.Usage, n)
 			}
-			t.Logf("%q %+v", first.content(), first.Result)
+			t.Logf("%q %+v", first.Content(), first.Result)
 		})
 	}
 }
 
 func TestRealOllamaV1Cancel(t *testing.T) {
 	b := New(realOllama(t).URL())
-	endless := oaiwire.ChatRequest{Temperature: ptr(0.0), Messages: []oaiwire.Message{user("never stop")}}
+	endless := oaiwire.ChatRequest{Temperature: ptr(0.0), Messages: []oaiwire.Message{backendtest.User("never stop")}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var n int
@@ -94,7 +95,7 @@ func TestRealOllamaV1Cancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || n != 5 || time.Since(cancelled) > 2*time.Second {
 		t.Errorf("err %v after %d deltas, %v after cancel", err, n, time.Since(cancelled))
 	}
-	c := run(context.Background(), b, tinyModel, &oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](3), Messages: endless.Messages})
+	c := backendtest.Run(context.Background(), b, tinyModel, &oaiwire.ChatRequest{Temperature: ptr(0.0), MaxTokens: ptr[int64](3), Messages: endless.Messages})
 	if c.Error != "" || c.Result.Usage.CompletionTokens != 3 {
 		t.Errorf("next request: %+v", c)
 	}
@@ -102,7 +103,7 @@ func TestRealOllamaV1Cancel(t *testing.T) {
 
 func TestRealOllamaV1Errors(t *testing.T) {
 	b := New(realOllama(t).URL())
-	_, err := b.Chat(context.Background(), "no-such-model", &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}}, func(oaiwire.Delta) error { return nil })
+	_, err := b.Chat(context.Background(), "no-such-model", &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}}, func(oaiwire.Delta) error { return nil })
 	var ae *APIError
 	// Ollama 0.6.5 types every /v1 error after the handler ran as
 	// api_error, whatever the status.

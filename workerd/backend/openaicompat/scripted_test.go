@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/workerd/backend/backendtest"
 )
 
 // scripted answers every request with status and body, and records the
@@ -46,7 +47,9 @@ func newScripted(t *testing.T, status int, body string) *scripted {
 	return s
 }
 
-func hi() *oaiwire.ChatRequest { return &oaiwire.ChatRequest{Messages: []oaiwire.Message{user("hi")}} }
+func hi() *oaiwire.ChatRequest {
+	return &oaiwire.ChatRequest{Messages: []oaiwire.Message{backendtest.User("hi")}}
+}
 
 func TestScriptedSSEStreams(t *testing.T) {
 	files, _ := filepath.Glob("testdata/streams/*.sse")
@@ -61,9 +64,9 @@ func TestScriptedSSEStreams(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := newScripted(t, 200, string(body))
-			c := run(context.Background(), New(s.URL), "m", hi())
+			c := backendtest.Run(context.Background(), New(s.URL), "m", hi())
 			checkToolDeltas(t, c.Deltas)
-			golden(t, "streams/"+name+".golden", c)
+			backendtest.Golden(t, "streams/"+name+".golden", c)
 		})
 	}
 }
@@ -104,7 +107,7 @@ func TestScriptedSSERequests(t *testing.T) {
 			}
 			before, _ := json.Marshal(&req)
 			s := newScripted(t, 200, "data: [DONE]\n\n")
-			c := run(context.Background(), New(s.URL), "served-model", &req)
+			c := backendtest.Run(context.Background(), New(s.URL), "served-model", &req)
 			if c.Error != "" {
 				t.Fatal(c.Error)
 			}
@@ -112,7 +115,7 @@ func TestScriptedSSERequests(t *testing.T) {
 			if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Authorization") != "" {
 				t.Errorf("%s %s %v", r.Method, r.URL.Path, r.Header)
 			}
-			golden(t, "requests/"+name+".golden.json", json.RawMessage(<-s.raw))
+			backendtest.Golden(t, "requests/"+name+".golden.json", json.RawMessage(<-s.raw))
 			if after, _ := json.Marshal(&req); string(after) != string(before) {
 				t.Error("the caller's request was modified")
 			}
@@ -122,8 +125,8 @@ func TestScriptedSSERequests(t *testing.T) {
 
 func TestScriptedSSEDeveloperRoleKept(t *testing.T) {
 	s := newScripted(t, 200, "data: [DONE]\n\n")
-	req := &oaiwire.ChatRequest{Messages: []oaiwire.Message{{Role: "developer", Content: oaiwire.Content{Text: "x"}}, user("hi")}}
-	run(context.Background(), New(s.URL, WithDeveloperRole()), "m", req)
+	req := &oaiwire.ChatRequest{Messages: []oaiwire.Message{{Role: "developer", Content: oaiwire.Content{Text: "x"}}, backendtest.User("hi")}}
+	backendtest.Run(context.Background(), New(s.URL, WithDeveloperRole()), "m", req)
 	<-s.got
 	if body := string(<-s.raw); !strings.Contains(body, `"role":"developer"`) {
 		t.Errorf("sent %s", body)
@@ -178,16 +181,16 @@ func TestScriptedSSEHTTPErrors(t *testing.T) {
 func TestScriptedSSELineLimit(t *testing.T) {
 	long := `data: {"choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", 5000) + `"}}]}` + "\n\ndata: [DONE]\n\n"
 	s := newScripted(t, 200, long)
-	if c := run(context.Background(), New(s.URL, WithMaxLine(4096)), "m", hi()); !strings.Contains(c.Error, "longer than 4096 bytes") || len(c.Deltas) != 0 {
+	if c := backendtest.Run(context.Background(), New(s.URL, WithMaxLine(4096)), "m", hi()); !strings.Contains(c.Error, "longer than 4096 bytes") || len(c.Deltas) != 0 {
 		t.Errorf("one long line: %+v", c)
 	}
 	// Many short data lines of one event add up too.
 	many := strings.Repeat("data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n", 100) + "\n"
 	s = newScripted(t, 200, many)
-	if c := run(context.Background(), New(s.URL, WithMaxLine(4096)), "m", hi()); !strings.Contains(c.Error, "event longer than 4096 bytes") {
+	if c := backendtest.Run(context.Background(), New(s.URL, WithMaxLine(4096)), "m", hi()); !strings.Contains(c.Error, "event longer than 4096 bytes") {
 		t.Errorf("long event: %+v", c)
 	}
-	if c := run(context.Background(), New(newScripted(t, 200, long).URL), "m", hi()); c.Error != "" || len(c.content()) != 5000 {
+	if c := backendtest.Run(context.Background(), New(newScripted(t, 200, long).URL), "m", hi()); c.Error != "" || len(c.Content()) != 5000 {
 		t.Errorf("default limit: %v", c.Error)
 	}
 }
@@ -220,8 +223,8 @@ func TestScriptedSSEStall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	c := run(ctx, New(srv.URL), "m", hi())
-	if c.Error != context.DeadlineExceeded.Error() || c.content() != "a" || time.Since(start) > 2*time.Second {
+	c := backendtest.Run(ctx, New(srv.URL), "m", hi())
+	if c.Error != context.DeadlineExceeded.Error() || c.Content() != "a" || time.Since(start) > 2*time.Second {
 		t.Errorf("%+v after %v", c, time.Since(start))
 	}
 }
