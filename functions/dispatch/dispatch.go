@@ -21,9 +21,9 @@ import (
 // still gets jobs and can be measured.
 const MinMilliTokPerSec = 5_000
 
-// maxClaimTries bounds the retries when other dispatchers win the workers
-// we pick; each loss removes that worker from the candidates anyway.
-const maxClaimTries = 8
+// maxClaimTries bounds the claims one Assign makes when other dispatchers
+// keep winning the workers it picks.
+const maxClaimTries = 64
 
 // batch is how many queued jobs one pass looks at per model.
 const batch = 16
@@ -60,12 +60,22 @@ func New(s Store, p Poster, log *slog.Logger) *Dispatcher {
 // Assign gives the job to an idle worker chosen at random, weighted by
 // measured speed. ok is false when no eligible worker is idle: the job stays
 // queued for the next dispatch. err is only for store failures.
+//
+// Under a burst many dispatchers draw from the same idle list; a lost claim
+// means another job got that worker, so the loser tries the rest and then
+// a fresh list, and gives up only when no idle worker is left (or after
+// maxClaimTries, when the queue's own dispatch takes over).
 func (d *Dispatcher) Assign(ctx context.Context, job store.Job) (assigned store.Job, ok bool, err error) {
-	workers, err := d.store.IdleWorkers(ctx, job.Model)
-	if err != nil {
-		return store.Job{}, false, fmt.Errorf("dispatch: idle workers for %s: %w", job.Model, err)
-	}
-	for try := 0; try < maxClaimTries && len(workers) > 0; try++ {
+	var workers []store.Worker
+	for try := 0; try < maxClaimTries; try++ {
+		if len(workers) == 0 {
+			if workers, err = d.store.IdleWorkers(ctx, job.Model); err != nil {
+				return store.Job{}, false, fmt.Errorf("dispatch: idle workers for %s: %w", job.Model, err)
+			}
+			if len(workers) == 0 {
+				return store.Job{}, false, nil
+			}
+		}
 		i := d.choose(workers)
 		assigned, err = d.store.Assign(ctx, job.ID, workers[i].Conn, d.now())
 		switch {

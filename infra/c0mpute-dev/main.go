@@ -78,7 +78,7 @@ func run() error {
 	ollamaModels, ollamaErr := listOllama(ctx, ollamaURL)
 	models := catalog.Default()
 	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, Models: models,
-		Limits: api.DefaultLimits(), Log: log})
+		Limits: api.DefaultLimits(), BatchWindow: devnet.DevBatchWindow, Log: log})
 	if err != nil {
 		return err
 	}

@@ -37,14 +37,19 @@ type Config struct {
 	Models    []catalog.Model
 	Limits    api.Limits
 	Log       *slog.Logger
-	// BatchWindow is the workers' chunk batching window. On one machine a
-	// relay message costs microseconds, so the default is 0: every delta
-	// goes at once. (In AWS, where each message is a paid invocation, the
-	// relay function is configured with tens of milliseconds.)
+	// BatchWindow is the workers' chunk batching window: a delta goes at
+	// once unless the job's last chunk left less than a window ago. 0
+	// sends every delta on its own. DevBatchWindow suits one machine; in
+	// AWS, where each message is a paid invocation, tens of milliseconds.
 	BatchWindow time.Duration
 	// RelayOptions tune the relay (tests shorten its timeouts).
 	RelayOptions []relay.Option
 }
+
+// DevBatchWindow is the batching window of the local network: tokens
+// slower than 200/s per stream go one by one, faster bursts are gathered so
+// hundreds of streams do not flood the relay with one message per token.
+const DevBatchWindow = 5 * time.Millisecond
 
 // Stack is a running gateway.
 type Stack struct {

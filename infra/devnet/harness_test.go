@@ -85,7 +85,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		models = []catalog.Model{{ID: tinyModel, Price: 10}}
 	}
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0",
-		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, Log: testLog(t)})
+		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

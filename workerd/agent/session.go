@@ -236,6 +236,8 @@ type batcher struct {
 	size    int
 	timer   *time.Timer
 	sentAny bool
+	// lastSent is when the last chunk left.
+	lastSent time.Time
 	err     error
 }
 
@@ -255,11 +257,16 @@ func (b *batcher) add(d oaiwire.Delta) error {
 	}
 	b.pending = append(b.pending, d)
 	b.size += n
+	// A delta goes at once when the last chunk left at least one window
+	// ago, so tokens slower than the window (most real models: 10–50 ms
+	// apart) pay no batching delay; faster bursts are gathered, at most
+	// one chunk per window.
+	since := time.Since(b.lastSent)
 	switch {
-	case !b.sentAny, b.size >= batchBytes, b.s.batch <= 0:
+	case !b.sentAny, b.size >= batchBytes, since >= b.s.batch:
 		b.flushLocked()
 	case b.timer == nil:
-		b.timer = time.AfterFunc(b.s.batch, func() {
+		b.timer = time.AfterFunc(b.s.batch-since, func() {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			b.flushLocked()
@@ -295,7 +302,7 @@ func (b *batcher) flushLocked() {
 		return
 	}
 	err := b.s.send(&relaymsg.Chunk{Job: b.job, To: b.to, Seq: b.seq, Deltas: b.pending})
-	b.pending, b.size, b.sentAny = nil, 0, true
+	b.pending, b.size, b.sentAny, b.lastSent = nil, 0, true, time.Now()
 	if err != nil {
 		// The chunk was not sent: the job's fail takes its seq, so the
 		// receiver sees no gap.
