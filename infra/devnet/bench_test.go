@@ -121,6 +121,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 		interval time.Duration
 	}{
 		{1, 32, 5 * time.Millisecond},
+		{1, 32, 20 * time.Millisecond}, // 50 tok/s, a typical GPU stream
 		{200, 32, 5 * time.Millisecond},
 		{200, 256, 0},
 	} {
