@@ -238,7 +238,7 @@ type batcher struct {
 	sentAny bool
 	// lastSent is when the last chunk left.
 	lastSent time.Time
-	err     error
+	err      error
 }
 
 func (b *batcher) add(d oaiwire.Delta) error {
