@@ -71,6 +71,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	return run.serve(r.Context())
 }
 
+// queueRecheck is how often a queued job tries to claim a worker itself.
+const queueRecheck = 500 * time.Millisecond
+
 // newCompletionID makes the id shared by the job and the OpenAI response.
 func newCompletionID() string {
 	b := make([]byte, 18)
@@ -139,6 +142,12 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
 	defer queueWait.Stop()
 	keepAlive := time.NewTimer(s.limits.KeepAliveAfter)
 	defer keepAlive.Stop()
+	// Dispatch events (registration, a worker turning idle) normally
+	// assign a queued job; a periodic claim of our own is the safety net
+	// for an event lost with a crashed function instance, so a job never
+	// waits long while a worker is idle.
+	recheck := time.NewTicker(queueRecheck)
+	defer recheck.Stop()
 	for {
 		for m, ok := j.box.Pop(); ok; m, ok = j.box.Pop() {
 			switch m := m.(type) {
@@ -154,6 +163,14 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
 		case <-keepAlive.C:
 			j.out.keepAlive()
 			keepAlive.Reset(s.limits.KeepAliveEvery)
+		case <-recheck.C:
+			assigned, ok, err := s.dispatch.Assign(jobCtx, j.job)
+			if err != nil {
+				s.log.Warn("queued job recheck", "job", j.job.ID, "err", err)
+			} else if ok {
+				j.worker = assigned.Worker
+				return nil
+			}
 		case <-queueWait.C:
 			return j.end(clientCtx, "no_worker", oaiwire.ErrNoWorker)
 		case <-jobCtx.Done():
