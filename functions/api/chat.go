@@ -33,6 +33,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		s.log.Error("relay listener down", "err", err)
 		return oaiwire.ErrNoWorker
 	}
+	// The mailbox opens before the job exists: from the moment Admit
+	// queues it, any dispatcher may assign it and send the assignment here.
+	id := newCompletionID()
+	box, err := s.relay.Subscribe(id, conn)
+	if err != nil {
+		s.log.Error("relay listener down", "err", err)
+		return oaiwire.ErrNoWorker
+	}
+	defer box.Close()
 	p := who(r)
 	now := s.now()
 	window := now.Truncate(time.Minute)
@@ -40,7 +49,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		KeyHash: p.keyHash,
 		Window:  window,
 		Limit:   s.limits.RatePerMinute,
-		Job: store.Job{ID: newCompletionID(), AccountID: p.account, Model: model.ID, Price: model.Price,
+		Job: store.Job{ID: id, AccountID: p.account, Model: model.ID, Price: model.Price,
 			State: store.JobQueued, Listener: conn, Created: now, Updated: now},
 	})
 	switch {
@@ -54,13 +63,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return fmt.Errorf("admit: %w", err)
 	}
-	box, err := s.relay.Subscribe(job.ID, conn)
-	if err != nil {
-		s.settleFailure(job.ID, "listener_lost", true)
-		return oaiwire.ErrInternal
-	}
-	defer box.Close()
-
 	var out sink
 	if req.Stream {
 		out = newStreamSink(w, job.ID, model.ID, now, req.IncludeUsage())
@@ -143,9 +145,10 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
 	keepAlive := time.NewTimer(s.limits.KeepAliveAfter)
 	defer keepAlive.Stop()
 	// Dispatch events (registration, a worker turning idle) normally
-	// assign a queued job; a periodic claim of our own is the safety net
-	// for an event lost with a crashed function instance, so a job never
-	// waits long while a worker is idle.
+	// assign a queued job and tell us. A function instance can die between
+	// the two, or before dispatching at all, so a waiting job also looks
+	// for itself: it claims an idle worker, or adopts an assignment whose
+	// message never came.
 	recheck := time.NewTicker(queueRecheck)
 	defer recheck.Stop()
 	for {
@@ -164,12 +167,13 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
 			j.out.keepAlive()
 			keepAlive.Reset(s.limits.KeepAliveEvery)
 		case <-recheck.C:
-			assigned, ok, err := s.dispatch.Assign(jobCtx, j.job)
-			if err != nil {
-				s.log.Warn("queued job recheck", "job", j.job.ID, "err", err)
-			} else if ok {
-				j.worker = assigned.Worker
+			switch job, ok := j.recheck(jobCtx); {
+			case ok && job.State == store.JobAssigned && job.Listener == j.job.Listener:
+				j.worker = job.Worker
 				return nil
+			case ok && job.State == store.JobFailed:
+				// Failed elsewhere (settled already): only the answer is left.
+				return j.end(clientCtx, job.FailReason, oaiwire.ErrNoWorker)
 			}
 		case <-queueWait.C:
 			return j.end(clientCtx, "no_worker", oaiwire.ErrNoWorker)
@@ -177,6 +181,20 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
 			return j.end(clientCtx, "timeout", oaiwire.ErrTimeout)
 		}
 	}
+}
+
+// recheck claims an idle worker for a job that is still queued, and
+// returns the job as it now stands; ok is false on a store error.
+func (j *jobRun) recheck(ctx context.Context) (store.Job, bool) {
+	job, claimed, err := j.s.dispatch.Assign(ctx, j.job)
+	if err == nil && !claimed {
+		job, err = j.s.store.GetJob(ctx, j.job.ID)
+	}
+	if err != nil {
+		j.s.log.Warn("queued job recheck", "job", j.job.ID, "err", err)
+		return store.Job{}, false
+	}
+	return job, true
 }
 
 // end settles a job that stops before completion. A client that left gets
