@@ -114,7 +114,7 @@ func (j *jobRun) serve(ctx context.Context) error {
 	defer cancel()
 	for {
 		j.attempts++
-		if err := j.waitForWorker(jobCtx, ctx); err != nil {
+		if assigned, err := j.waitForWorker(jobCtx, ctx); !assigned {
 			return err
 		}
 		res, err := j.runOnWorker(jobCtx, ctx)
@@ -129,16 +129,18 @@ func (j *jobRun) serve(ctx context.Context) error {
 }
 
 // waitForWorker gets the job a worker: at once if one is idle, else when a
-// dispatch elsewhere assigns it, until the queue wait runs out.
-func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
+// dispatch elsewhere assigns it, until the queue wait runs out. When it
+// returns false the job is settled and err is what the handler returns (nil
+// once the answer is written).
+func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) {
 	s := j.s
 	assigned, ok, err := s.dispatch.Assign(jobCtx, j.job)
 	if err != nil {
-		return j.end(clientCtx, "store_error", fmt.Errorf("dispatch: %w", err))
+		return false, j.end(clientCtx, "store_error", fmt.Errorf("dispatch: %w", err))
 	}
 	if ok {
 		j.worker = assigned.Worker
-		return nil
+		return true, nil
 	}
 	queueWait := time.NewTimer(s.limits.QueueWait)
 	defer queueWait.Stop()
@@ -156,9 +158,9 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
 			switch m := m.(type) {
 			case *relaymsg.Assign:
 				j.worker = m.Worker
-				return nil
+				return true, nil
 			case error:
-				return j.end(clientCtx, "listener_lost", oaiwire.ErrInternal)
+				return false, j.end(clientCtx, "listener_lost", oaiwire.ErrInternal)
 			}
 		}
 		select {
@@ -170,15 +172,15 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) error {
 			switch job, ok := j.recheck(jobCtx); {
 			case ok && job.State == store.JobAssigned && job.Listener == j.job.Listener:
 				j.worker = job.Worker
-				return nil
+				return true, nil
 			case ok && job.State == store.JobFailed:
 				// Failed elsewhere (settled already): only the answer is left.
-				return j.end(clientCtx, job.FailReason, oaiwire.ErrNoWorker)
+				return false, j.end(clientCtx, job.FailReason, oaiwire.ErrNoWorker)
 			}
 		case <-queueWait.C:
-			return j.end(clientCtx, "no_worker", oaiwire.ErrNoWorker)
+			return false, j.end(clientCtx, "no_worker", oaiwire.ErrNoWorker)
 		case <-jobCtx.Done():
-			return j.end(clientCtx, "timeout", oaiwire.ErrTimeout)
+			return false, j.end(clientCtx, "timeout", oaiwire.ErrTimeout)
 		}
 	}
 }

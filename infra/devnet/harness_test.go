@@ -169,6 +169,5 @@ func (e *env) balance() store.Account {
 	return a
 }
 
-func ptr[T any](v T) *T { return &v }
 
 func ollamaBackend(srv *ollamatest.Server) backend.Backend { return ollama.New(srv.URL()) }

@@ -239,3 +239,45 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// TestNoWorkerAfterKeepAlive: a stream that already sent keep-alive
+// comments can no longer change its status, so the queue timeout arrives
+// as exactly one error event; the price comes back.
+func TestNoWorkerAfterKeepAlive(t *testing.T) {
+	limits := api.DefaultLimits()
+	limits.KeepAliveAfter = 50 * time.Millisecond
+	limits.KeepAliveEvery = 50 * time.Millisecond
+	limits.QueueWait = 300 * time.Millisecond
+	e := newEnv(t, envOptions{credits: 100, limits: &limits})
+	body := `{"model":"tiny","stream":true,"max_tokens":6,"messages":[{"role":"user","content":"hello"}]}`
+	req, _ := http.NewRequest(http.MethodPost, e.stack.APIURL+"/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.apiKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	var keepAlives int
+	var data []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		switch line := sc.Text(); {
+		case line == ": keep-alive":
+			keepAlives++
+		case strings.HasPrefix(line, "data: "):
+			data = append(data, line)
+		}
+	}
+	if keepAlives == 0 {
+		t.Error("no keep-alive before the timeout")
+	}
+	if len(data) != 1 || !strings.Contains(data[0], `"code":"no_worker_available"`) {
+		t.Errorf("want exactly one no_worker_available error event, got %q", data)
+	}
+	if a := e.balance(); a.Credits != 100 || a.TotalSpent != 0 {
+		t.Errorf("credits %d spent %d after refund", a.Credits, a.TotalSpent)
+	}
+}
