@@ -169,5 +169,4 @@ func (e *env) balance() store.Account {
 	return a
 }
 
-
 func ollamaBackend(srv *ollamatest.Server) backend.Backend { return ollama.New(srv.URL()) }
