@@ -61,7 +61,8 @@ type Store interface {
 	// QueuedJobs returns up to limit queued jobs for a model, oldest first.
 	QueuedJobs(ctx context.Context, model string, limit int) ([]Job, error)
 	// Assign moves a queued job to an idle registered worker that serves
-	// its model, both at once; ErrConflict if either lost the race. It
+	// its model, both at once; ErrConflict if either lost the race, ErrNotFound
+	// if the job or the worker does not exist (a worker that disconnected). It
 	// records the worker's account on the job and counts the attempt.
 	Assign(ctx context.Context, jobID, worker string, at time.Time) (Job, error)
 	// Requeue puts a job assigned to worker back in the queue (the worker
@@ -72,7 +73,8 @@ type Store interface {
 	// and records its speed, credits c.Earning to the worker's account
 	// (Job.WorkerAccount, so it works after the worker disconnected) and
 	// counts the tokens. Completing a done job again is nil and changes
-	// nothing; completing a failed job is ErrConflict.
+	// nothing; completing a failed job is ErrConflict; an earning above the
+	// job's price is an error and changes nothing.
 	Complete(ctx context.Context, c Completion) error
 	// Fail ends a queued or assigned job, frees its worker if it still
 	// holds the job, and refunds the price exactly once when refund is

@@ -52,6 +52,8 @@ type Server struct {
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan struct{} // closed when the process has exited
+	// stopped records a Stop call: an exit after it is expected.
+	stopped bool
 }
 
 // URL is the server's base URL, e.g. http://127.0.0.1:41234.
@@ -292,12 +294,20 @@ func ready(url string) bool {
 // its process group if it has not exited after 10 s.
 func (s *Server) Stop() error {
 	defer s.log.Close()
+	stoppedBefore := s.stopped
+	s.stopped = true
 	select {
 	case <-s.done:
-		return nil
+		if stoppedBefore {
+			return nil
+		}
+		// It died on its own: its model runners may live on in its
+		// process group, and the crash must not pass unnoticed.
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		return fmt.Errorf("ollama serve exited before it was stopped: %v", s.cmd.ProcessState)
 	default:
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.done:
 		return nil

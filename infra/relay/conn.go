@@ -90,10 +90,12 @@ func (c *conn) closeCause() closeCause {
 // uses a caller's context: the library closes a connection whose write is
 // cancelled, and a management client giving up must not do that.
 func (c *conn) write(typ websocket.MessageType, data []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), c.r.writeTimeout)
-	defer cancel()
+	// The timeout starts once the lock is held: time queued behind
+	// another post is not this write's slowness.
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.r.writeTimeout)
+	defer cancel()
 	return c.ws.Write(ctx, typ, data)
 }
 

@@ -267,6 +267,32 @@ func TestBackendErrorFails(t *testing.T) {
 	}
 }
 
+// serverError is an error carrying text the inference server wrote, as the
+// real backends' status errors do.
+type serverError struct{ text string }
+
+func (e serverError) Error() string    { return "backend: 400: " + e.text }
+func (e serverError) Redacted() string { return "backend: 400" }
+
+// TestBackendErrorTextStaysLocal: a server's error text may quote the
+// prompt (validation errors echo the input), so only the redacted form
+// leaves the worker.
+func TestBackendErrorTextStaysLocal(t *testing.T) {
+	t.Parallel()
+	r := newTestRelay(t)
+	be := newScriptedBackend([]string{"m"}, func(ctx context.Context, c *chatCall, emit func(oaiwire.Delta) error) (backend.Result, error) {
+		return backend.Result{}, fmt.Errorf("chat: %w", serverError{text: "input_value='my secret prompt'"})
+	})
+	startAgent(t, r, be, nil)
+	reg := r.registered(1)
+	r.sendJob(reg.conn, "j", "m", "my secret prompt")
+	_, end := checkReply(t, r.waitEnd("j"), "j")
+	fail, ok := end.msg.(*relaymsg.Fail)
+	if !ok || fail.Code != "backend_error" || fail.Message != "backend: 400" {
+		t.Fatalf("ended with %+v, want fail backend_error with the redacted text", end.msg)
+	}
+}
+
 func TestModelNotServed(t *testing.T) {
 	t.Parallel()
 	r := newTestRelay(t)

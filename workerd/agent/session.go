@@ -10,6 +10,7 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/workerd/backend"
 )
 
 // session is one registered relay connection and the jobs it received. A
@@ -208,8 +209,10 @@ func (s *session) run(ctx context.Context, job *relaymsg.Job, model string) {
 		// settled the job already; an answer would go nowhere.
 		log.Info("job stopped", "reason", context.Cause(ctx), "ms", time.Since(started).Milliseconds())
 	case err != nil:
-		log.Warn("job failed", "err", err)
-		b.end(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "backend_error", Message: truncate(err.Error(), 512)})
+		// Only our own error text: the server's may quote the prompt.
+		safe := truncate(backend.SafeText(err), 512)
+		log.Warn("job failed", "err", safe)
+		b.end(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "backend_error", Message: safe})
 	default:
 		log.Info("job done", "finish", res.FinishReason, "prompt_tokens", res.Usage.PromptTokens,
 			"completion_tokens", res.Usage.CompletionTokens, "ms", time.Since(started).Milliseconds())

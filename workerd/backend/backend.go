@@ -5,6 +5,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 )
@@ -30,4 +31,22 @@ type Result struct {
 	// FinishReason is stop, length or tool_calls.
 	FinishReason string
 	Usage        oaiwire.Usage
+}
+
+// Redacted is implemented by errors that carry text the inference server
+// wrote. Such text may quote the prompt (validation errors often echo the
+// input), so workerd logs and forwards Redacted() — the error without that
+// text — instead of Error().
+type Redacted interface {
+	error
+	Redacted() string
+}
+
+// SafeText is err's text without anything the server wrote.
+func SafeText(err error) string {
+	var r Redacted
+	if errors.As(err, &r) {
+		return r.Redacted()
+	}
+	return err.Error()
 }

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -218,7 +219,7 @@ func accountSecrets(tx *bolt.Tx, kind secretKind, accountID string) ([]store.Sec
 	prefix := prefixKey(accountID)
 	b := tx.Bucket(kind.bucket)
 	c := tx.Bucket(kind.byAccount).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 		hash := k[len(prefix)+8:]
 		var sec store.Secret
 		if ok, err := getJSON(b, hash, &sec); err != nil {

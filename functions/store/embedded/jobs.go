@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -157,7 +158,7 @@ func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]stor
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		prefix := prefixKey(model)
 		c := tx.Bucket(bQueue).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && len(out) < limit && hasPrefix(k, prefix); k, _ = c.Next() {
+		for k, _ := c.Seek(prefix); k != nil && len(out) < limit && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			_, id := splitQueueKey(k)
 			j, err := loadJob(tx, id)
 			if err != nil {
@@ -171,10 +172,6 @@ func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]stor
 		return nil, fmt.Errorf("embedded: queued jobs for %s: %w", model, err)
 	}
 	return out, nil
-}
-
-func hasPrefix(k, prefix []byte) bool {
-	return len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix)
 }
 
 // Assign implements store.Store.
@@ -304,6 +301,9 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			return nil // a retry: the first call did everything
 		case job.State != store.JobAssigned || job.Worker != c.Worker:
 			return fmt.Errorf("job is %s on %q: %w", job.State, job.Worker, store.ErrConflict)
+		case c.Earning > job.Price:
+			// An earning is a share of what was paid: more would mint credits.
+			return fmt.Errorf("earning %d exceeds the job's price %d", c.Earning, job.Price)
 		}
 		if c.Earning > 0 {
 			accounts := tx.Bucket(bAccounts)

@@ -247,7 +247,7 @@ var requeueTests = []test{
 }
 
 // complete completes an assigned job with fixed figures: 10 prompt
-// tokens, 20 completion tokens, 5 credits earned, 2 tok/s.
+// tokens, 20 completion tokens, 1 credit earned (no job costs less), 2 tok/s.
 func (f *fixture) complete(jobID, worker string, when time.Time) {
 	f.t.Helper()
 	if err := f.s.Complete(f.ctx, completion(jobID, worker, when)); err != nil {
@@ -258,7 +258,7 @@ func (f *fixture) complete(jobID, worker string, when time.Time) {
 func completion(jobID, worker string, when time.Time) store.Completion {
 	return store.Completion{
 		JobID: jobID, Worker: worker, PromptTokens: 10, CompletionTokens: 20,
-		MilliTokPerSec: 2000, Earning: 5, At: when,
+		MilliTokPerSec: 2000, Earning: 1, At: when,
 	}
 }
 
@@ -295,6 +295,22 @@ var completeTests = []test{
 			t.Errorf("stats %+v, want 1 job, 42 tokens", st)
 		}
 	}},
+	{"EarningAbovePrice", func(t *testing.T, f *fixture) {
+		key := f.payer("payer", 100, 0)
+		f.account("wa", 0, 0)
+		f.admit(key, "j1", "m1", 8, at(1))
+		f.worker("w1", "wa", "m1")
+		assigned := f.assign("j1", "w1", at(2))
+		c := completion("j1", "w1", at(3))
+		c.Earning = 9
+		if err := f.s.Complete(f.ctx, c); err == nil {
+			t.Fatal("Complete paid more than the job's price")
+		}
+		sameJob(t, "job after refused Complete", f.getJob("j1"), assigned)
+		if a := f.getAccount("wa"); a.Earned != 0 {
+			t.Errorf("earned %d", a.Earned)
+		}
+	}},
 	{"Twice", func(t *testing.T, f *fixture) {
 		key := f.payer("payer", 100, 0)
 		f.account("wa", 0, 0)
@@ -309,8 +325,8 @@ var completeTests = []test{
 			t.Fatalf("Complete again: %v", err)
 		}
 		sameJob(t, "job after second Complete", f.getJob("j1"), done)
-		if a := f.getAccount("wa"); a.Earned != 5 {
-			t.Errorf("earned %d, want 5", a.Earned)
+		if a := f.getAccount("wa"); a.Earned != 1 {
+			t.Errorf("earned %d, want 1", a.Earned)
 		}
 		if st, _ := f.s.Stats(f.ctx, at(3)); st.JobsCompleted != 1 || st.TokensServed != 20 {
 			t.Errorf("stats %+v, want 1 job, 20 tokens", st)
@@ -323,8 +339,8 @@ var completeTests = []test{
 		f.worker("w1", "wa", "m1")
 		f.assign("j1", "w1", at(2))
 		tally(t, race(50, func(int) error { return f.s.Complete(f.ctx, completion("j1", "w1", at(3))) }))
-		if a := f.getAccount("wa"); a.Earned != 5 {
-			t.Errorf("earned %d, want 5", a.Earned)
+		if a := f.getAccount("wa"); a.Earned != 1 {
+			t.Errorf("earned %d, want 1", a.Earned)
 		}
 		if st, _ := f.s.Stats(f.ctx, at(3)); st.JobsCompleted != 1 || st.TokensServed != 20 {
 			t.Errorf("stats %+v, want 1 job, 20 tokens", st)
@@ -361,8 +377,8 @@ var completeTests = []test{
 		if j := f.getJob("j1"); j.State != store.JobDone {
 			t.Errorf("job %s, want done", j.State)
 		}
-		if a := f.getAccount("wa"); a.Earned != 5 {
-			t.Errorf("earned %d, want 5: the worker is paid after it left", a.Earned)
+		if a := f.getAccount("wa"); a.Earned != 1 {
+			t.Errorf("earned %d, want 1: the worker is paid after it left", a.Earned)
 		}
 		if _, err := f.s.GetWorker(f.ctx, "w1"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Complete recreated the deleted worker: %v", err)
@@ -654,8 +670,8 @@ var dispatchTests = []test{
 				t.Errorf("worker %s left %s with %q", w.Conn, w.State, w.Job)
 			}
 		}
-		if a := f.getAccount("wa"); a.Earned != 5*jobs {
-			t.Errorf("earned %d, want %d", a.Earned, 5*jobs)
+		if a := f.getAccount("wa"); a.Earned != jobs {
+			t.Errorf("earned %d, want %d", a.Earned, jobs)
 		}
 		if a := f.getAccount("payer"); a.Credits != 10_000-10*jobs {
 			t.Errorf("payer credits %d, want %d", a.Credits, 10_000-10*jobs)

@@ -43,7 +43,13 @@ type Option func(*Backend)
 func WithHTTPClient(c *http.Client) Option { return func(b *Backend) { b.hc = c } }
 
 // WithMaxLine sets the longest stream line accepted, in bytes.
-func WithMaxLine(n int) Option { return func(b *Backend) { b.maxLine = n } }
+func WithMaxLine(n int) Option {
+	return func(b *Backend) {
+		if n > 0 { // a non-positive cap would refuse every line
+			b.maxLine = n
+		}
+	}
+}
 
 // New returns a backend for the Ollama at baseURL, e.g.
 // http://127.0.0.1:11434.
@@ -65,7 +71,18 @@ type StatusError struct {
 }
 
 func (e *StatusError) Error() string {
+	if e.StatusCode == 0 {
+		return "ollama: " + e.Message
+	}
 	return fmt.Sprintf("ollama: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
+}
+
+// Redacted is the error without the server's message (backend.Redacted).
+func (e *StatusError) Redacted() string {
+	if e.StatusCode == 0 {
+		return "ollama: error in the reply stream"
+	}
+	return fmt.Sprintf("ollama: %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 }
 
 // Models lists the models the server has (GET /api/tags), by name.
@@ -227,7 +244,8 @@ func (d *decoder) line(b []byte) ([]oaiwire.Delta, error) {
 		if json.Unmarshal(c.Error, &msg) != nil {
 			msg = string(c.Error)
 		}
-		return nil, fmt.Errorf("ollama: %s", msg)
+		// StatusCode 0: an error reported inside a 200 stream.
+		return nil, &StatusError{Message: msg}
 	}
 	var out []oaiwire.Delta
 	if c.Message.Content != "" || c.Message.Thinking != "" {

@@ -49,7 +49,13 @@ func WithHTTPClient(c *http.Client) Option { return func(b *Backend) { b.hc = c 
 func WithDeveloperRole() Option { return func(b *Backend) { b.developer = true } }
 
 // WithMaxLine sets the longest stream line accepted, in bytes.
-func WithMaxLine(n int) Option { return func(b *Backend) { b.maxLine = n } }
+func WithMaxLine(n int) Option {
+	return func(b *Backend) {
+		if n > 0 { // a non-positive cap would refuse every line
+			b.maxLine = n
+		}
+	}
+}
 
 // New returns a backend for the server at baseURL: its API root, with or
 // without the /v1 (http://127.0.0.1:8080 and http://127.0.0.1:8080/v1
@@ -76,6 +82,14 @@ type APIError struct {
 	Message    string
 	Type       string
 	Code       string
+}
+
+// Redacted is the error without the server's message (backend.Redacted).
+func (e *APIError) Redacted() string {
+	if e.StatusCode == 0 {
+		return "openai backend: error in the reply stream"
+	}
+	return fmt.Sprintf("openai backend: %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 }
 
 func (e *APIError) Error() string {
