@@ -65,7 +65,11 @@ func run(args []string) error {
 	case "ollama":
 		be = ollama.New(cfg.BackendURL)
 	default:
-		be = openaicompat.New(cfg.BackendURL, openaicompat.WithAPIKey(cfg.BackendKey))
+		opts := []openaicompat.Option{openaicompat.WithAPIKey(cfg.BackendKey)}
+		if cfg.DeveloperRole {
+			opts = append(opts, openaicompat.WithDeveloperRole())
+		}
+		be = openaicompat.New(cfg.BackendURL, opts...)
 	}
 	log.Info("workerd starting", "version", version, "wallet", identity.Address(key), "relay", cfg.RelayURL,
 		"backend", cfg.Backend, "backend_url", cfg.BackendURL)

@@ -35,6 +35,10 @@ type Config struct {
 	BackendURL string `json:"backend_url" validate:"required,url"`
 	// BackendKey is an optional API key for an OpenAI-compatible server.
 	BackendKey string `json:"backend_key,omitempty"`
+	// DeveloperRole passes developer messages to an OpenAI-compatible
+	// server as they are (its template knows the role, as gpt-oss on vLLM
+	// does) instead of as system messages.
+	DeveloperRole bool `json:"developer_role,omitempty"`
 	// Models maps network model ids to backend model names; empty serves
 	// every backend model under its own name.
 	Models map[string]string `json:"models,omitempty" validate:"dive,keys,required,max=128,endkeys,required"`
@@ -44,16 +48,17 @@ type Config struct {
 
 // Environment variables.
 const (
-	EnvHome       = "C0MPUTE_HOME"
-	EnvRelayURL   = "C0MPUTE_RELAY_URL"
-	EnvToken      = "C0MPUTE_WORKER_TOKEN"
-	EnvKeyFile    = "C0MPUTE_WORKER_KEY"
-	EnvBackend    = "C0MPUTE_BACKEND"
-	EnvBackendURL = "C0MPUTE_BACKEND_URL"
-	EnvBackendKey = "C0MPUTE_BACKEND_KEY"
-	EnvModels     = "C0MPUTE_MODELS"
-	EnvLogLevel   = "C0MPUTE_LOG_LEVEL"
-	EnvOllamaHost = "OLLAMA_HOST"
+	EnvHome          = "C0MPUTE_HOME"
+	EnvRelayURL      = "C0MPUTE_RELAY_URL"
+	EnvToken         = "C0MPUTE_WORKER_TOKEN"
+	EnvKeyFile       = "C0MPUTE_WORKER_KEY"
+	EnvBackend       = "C0MPUTE_BACKEND"
+	EnvBackendURL    = "C0MPUTE_BACKEND_URL"
+	EnvBackendKey    = "C0MPUTE_BACKEND_KEY"
+	EnvModels        = "C0MPUTE_MODELS"
+	EnvDeveloperRole = "C0MPUTE_DEVELOPER_ROLE"
+	EnvLogLevel      = "C0MPUTE_LOG_LEVEL"
+	EnvOllamaHost    = "OLLAMA_HOST"
 )
 
 // DefaultHome is ~/.c0mpute.
@@ -121,6 +126,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		backend    = flags.String("backend", "", "ollama or openai (env "+EnvBackend+", default ollama)")
 		backendURL = flags.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")")
 		backendKey = flags.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")")
+		developer  = flags.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)")
 		models     = flags.String("models", "", "id=backend-model,… to serve (env "+EnvModels+"; default: every backend model)")
 		logLevel   = flags.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+")")
 	)
@@ -151,6 +157,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		defaultURL = OllamaURL(getenv(EnvOllamaHost))
 	}
 	c.BackendURL = first(*backendURL, getenv(EnvBackendURL), c.BackendURL, defaultURL)
+	c.DeveloperRole = *developer || getenv(EnvDeveloperRole) == "1" || c.DeveloperRole
 	if m := first(*models, getenv(EnvModels)); m != "" {
 		parsed, err := ParseModels(m)
 		if err != nil {

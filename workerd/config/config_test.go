@@ -260,3 +260,26 @@ func ExampleOllamaURL() {
 	fmt.Println(config.OllamaURL("0.0.0.0:11434"))
 	// Output: http://127.0.0.1:11434
 }
+
+func TestDeveloperRole(t *testing.T) {
+	home := t.TempDir()
+	base := []string{"--home", home, "--relay", "ws://r/", "--token", "cwt_x", "--backend", "openai", "--backend-url", "http://b/"}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", nil, nil, false},
+		{"flag", []string{"--developer-role"}, nil, true},
+		{"env", nil, map[string]string{EnvDeveloperRole: "1"}, true},
+	} {
+		cfg, err := Load(append(append([]string{}, base...), c.args...), func(k string) string { return c.env[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if cfg.DeveloperRole != c.want {
+			t.Errorf("%s: developer role %v, want %v", c.name, cfg.DeveloperRole, c.want)
+		}
+	}
+}
