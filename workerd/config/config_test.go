@@ -272,9 +272,9 @@ func TestDeveloperRole(t *testing.T) {
 	}{
 		{"default", nil, nil, false},
 		{"flag", []string{"--developer-role"}, nil, true},
-		{"env", nil, map[string]string{EnvDeveloperRole: "1"}, true},
+		{"env", nil, map[string]string{config.EnvDeveloperRole: "1"}, true},
 	} {
-		cfg, err := Load(append(append([]string{}, base...), c.args...), func(k string) string { return c.env[k] })
+		cfg, err := config.Load(append(append([]string{}, base...), c.args...), func(k string) string { return c.env[k] })
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
