@@ -1,106 +1,25 @@
 package oaiwire_test
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/oaiwire/badrequests"
 )
 
-// badCase is one malformed request and the error it must get.
-type badCase struct {
-	Name   string
-	Body   []byte
-	Status int
-	Param  string // "" for a null param
-}
-
-// loadBadCorpus reads testdata/bad: a <name>.json body per case and one
-// "<name> <status> <param>" line per case in expected.txt. Every body must
-// have its line and every line its body.
-func loadBadCorpus(t testing.TB) []badCase {
+// loadBadCorpus is the shared corpus of malformed requests.
+func loadBadCorpus(t testing.TB) []badrequests.Case {
 	t.Helper()
-	dir := filepath.Join("testdata", "bad")
-	f, err := os.Open(filepath.Join(dir, "expected.txt"))
+	cases, err := badrequests.Cases()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var cases []badCase
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) != 3 {
-			t.Fatalf("expected.txt: bad line %q", line)
-		}
-		status, err := strconv.Atoi(fields[1])
-		if err != nil {
-			t.Fatalf("expected.txt: bad status in %q", line)
-		}
-		param := fields[2]
-		if param == "-" {
-			param = ""
-		}
-		body, err := os.ReadFile(filepath.Join(dir, fields[0]+".json"))
-		if err != nil {
-			t.Fatalf("expected.txt names %s: %v", fields[0], err)
-		}
-		if seen[fields[0]] {
-			t.Fatalf("expected.txt: %s twice", fields[0])
-		}
-		seen[fields[0]] = true
-		cases = append(cases, badCase{Name: fields[0], Body: body, Status: status, Param: param})
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range files {
-		if name := strings.TrimSuffix(filepath.Base(p), ".json"); !seen[name] {
-			t.Fatalf("%s has no line in expected.txt", p)
-		}
-	}
-	return append(cases, generatedBadCases()...)
-}
-
-// generatedBadCases are the cases too large to commit.
-func generatedBadCases() []badCase {
-	valid := `{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`
-	var many bytes.Buffer
-	many.WriteString(`{"model":"tiny","messages":[`)
-	for i := range 2049 {
-		if i > 0 {
-			many.WriteByte(',')
-		}
-		many.WriteString(`{"role":"user","content":"hi"}`)
-	}
-	many.WriteString(`]}`)
-	return []badCase{
-		// One byte over: the decoder reads it all, nothing is left unread.
-		{Name: "gen-body-one-byte-over-max", Status: http.StatusRequestEntityTooLarge,
-			Body: append([]byte(valid), bytes.Repeat([]byte(" "), oaiwire.MaxBody+1-len(valid))...)},
-		// Far over, in one string: most of it stays unread.
-		{Name: "gen-body-far-over-max", Status: http.StatusRequestEntityTooLarge,
-			Body: []byte(`{"model":"tiny","messages":[{"role":"user","content":"` + strings.Repeat("a", oaiwire.MaxBody+1<<20) + `"}]}`)},
-		{Name: "gen-messages-too-many", Status: http.StatusBadRequest, Param: "messages", Body: many.Bytes()},
-	}
+	return cases
 }
 
 // checkErrorShape checks an error is an *Error as the API writes it.

@@ -1,81 +1,33 @@
 package devnet_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/oaiwire/badrequests"
 )
 
-// badRequest is one malformed chat request of oaiwire's corpus.
-type badRequest struct {
-	name   string
-	body   []byte
-	status int
-	param  string // "" for null
-}
-
-// badCorpus reads functions/oaiwire/testdata/bad (bodies and
-// expected.txt), the corpus oaiwire's own tests decode, and adds the cases
-// too large to commit.
-func badCorpus(t *testing.T) []badRequest {
+// badCorpus is oaiwire's corpus of malformed requests, the same one its
+// decoder tests run.
+func badCorpus(t *testing.T) []badrequests.Case {
 	t.Helper()
-	dir := filepath.Join("..", "..", "functions", "oaiwire", "testdata", "bad")
-	f, err := os.Open(filepath.Join(dir, "expected.txt"))
+	cases, err := badrequests.Cases()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []badRequest
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) != 3 {
-			t.Fatalf("expected.txt: bad line %q", line)
-		}
-		status, err := strconv.Atoi(fields[1])
-		if err != nil {
-			t.Fatalf("expected.txt: %q", line)
-		}
-		body, err := os.ReadFile(filepath.Join(dir, fields[0]+".json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		param := fields[2]
-		if param == "-" {
-			param = ""
-		}
-		out = append(out, badRequest{name: fields[0], body: body, status: status, param: param})
+	if len(cases) < 60 {
+		t.Fatalf("corpus has %d cases", len(cases))
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	valid := `{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`
-	out = append(out,
-		badRequest{name: "gen-body-one-byte-over-max", status: http.StatusRequestEntityTooLarge,
-			body: append([]byte(valid), bytes.Repeat([]byte(" "), oaiwire.MaxBody+1-len(valid))...)},
-		badRequest{name: "gen-body-far-over-max", status: http.StatusRequestEntityTooLarge,
-			body: []byte(`{"model":"tiny","messages":[{"role":"user","content":"` + strings.Repeat("a", oaiwire.MaxBody+1<<20) + `"}]}`)})
-	if len(out) < 60 {
-		t.Fatalf("corpus has %d cases", len(out))
-	}
-	return out
+	return cases
 }
 
 // apiError is a response read as OpenAI's error document.
@@ -169,12 +121,12 @@ func TestBadInputThroughGateway(t *testing.T) {
 	e := newEnv(t, envOptions{credits: credits})
 	auth := "Bearer " + e.apiKey
 	for _, c := range badCorpus(t) {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.Name, func(t *testing.T) {
 			e := *e
 			e.t = t
-			got := readAPIError(t, e.post("/v1/chat/completions", auth, c.body))
-			if got.status != c.status {
-				t.Errorf("status %d (%s), want %d", got.status, got.message, c.status)
+			got := readAPIError(t, e.post("/v1/chat/completions", auth, c.Body))
+			if got.status != c.Status {
+				t.Errorf("status %d (%s), want %d", got.status, got.message, c.Status)
 			}
 			if got.status >= 500 {
 				t.Errorf("server error for a malformed request: %d %s", got.status, got.message)
@@ -182,8 +134,8 @@ func TestBadInputThroughGateway(t *testing.T) {
 			if got.typ != oaiwire.TypeInvalidRequest {
 				t.Errorf("type %q", got.typ)
 			}
-			if p := deref(got.param); p != c.param {
-				t.Errorf("param %q, want %q (%s)", p, c.param, got.message)
+			if p := deref(got.param); p != c.Param {
+				t.Errorf("param %q, want %q (%s)", p, c.Param, got.message)
 			}
 		})
 	}
