@@ -62,14 +62,9 @@ func (s *Store) DrainWorker(ctx context.Context, conn string) (store.Worker, err
 func (s *Store) changeWorker(ctx context.Context, conn string, change func(*store.Worker)) (store.Worker, error) {
 	var w store.Worker
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		var ok bool
 		var err error
-		w, ok, err = loadWorker(tx, conn)
-		if err != nil {
+		if w, err = requireWorker(tx, conn); err != nil {
 			return err
-		}
-		if !ok {
-			return store.ErrNotFound
 		}
 		change(&w)
 		return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
@@ -77,16 +72,21 @@ func (s *Store) changeWorker(ctx context.Context, conn string, change func(*stor
 	return w, err
 }
 
+// requireWorker loads a worker; ErrNotFound if there is none.
+func requireWorker(tx *bolt.Tx, conn string) (store.Worker, error) {
+	w, ok, err := loadWorker(tx, conn)
+	if err == nil && !ok {
+		err = store.ErrNotFound
+	}
+	return w, err
+}
+
 // GetWorker implements store.Store.
 func (s *Store) GetWorker(ctx context.Context, conn string) (store.Worker, error) {
 	var w store.Worker
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		var ok bool
 		var err error
-		w, ok, err = loadWorker(tx, conn)
-		if err == nil && !ok {
-			err = store.ErrNotFound
-		}
+		w, err = requireWorker(tx, conn)
 		return err
 	})
 	if err != nil {
@@ -100,14 +100,9 @@ func (s *Store) GetWorker(ctx context.Context, conn string) (store.Worker, error
 func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, error) {
 	var w store.Worker
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		var ok bool
 		var err error
-		w, ok, err = loadWorker(tx, conn)
-		if err != nil {
+		if w, err = requireWorker(tx, conn); err != nil {
 			return err
-		}
-		if !ok {
-			return store.ErrNotFound
 		}
 		return tx.Bucket(bWorkers).Delete([]byte(conn))
 	})
