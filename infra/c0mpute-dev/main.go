@@ -145,25 +145,30 @@ func devCredentials(ctx context.Context, stack *devnet.Stack, home string, credi
 			return "", "", err
 		}
 	}
-	apiKey = readSecret(filepath.Join(home, "api-key"))
-	if k, err := stack.Store.GetAPIKey(ctx, credential.Hash(apiKey)); apiKey == "" || err != nil || !k.Active() {
-		if apiKey, err = stack.IssueAPIKey(ctx, devAccount); err != nil {
-			return "", "", err
-		}
-		if err := os.WriteFile(filepath.Join(home, "api-key"), []byte(apiKey), 0o600); err != nil {
-			return "", "", err
-		}
+	if apiKey, err = savedSecret(ctx, filepath.Join(home, "api-key"), stack.Store.GetAPIKey, stack.IssueAPIKey); err != nil {
+		return "", "", err
 	}
-	token = readSecret(filepath.Join(home, "worker-token"))
-	if t, err := stack.Store.GetWorkerToken(ctx, credential.Hash(token)); token == "" || err != nil || !t.Active() {
-		if token, err = stack.IssueWorkerToken(ctx, devAccount); err != nil {
-			return "", "", err
-		}
-		if err := os.WriteFile(filepath.Join(home, "worker-token"), []byte(token), 0o600); err != nil {
-			return "", "", err
-		}
+	if token, err = savedSecret(ctx, filepath.Join(home, "worker-token"), stack.Store.GetWorkerToken, stack.IssueWorkerToken); err != nil {
+		return "", "", err
 	}
 	return apiKey, token, nil
+}
+
+// savedSecret returns the secret saved at path while the store still has it
+// active, else issues a new one for the dev account and saves it.
+func savedSecret(ctx context.Context, path string,
+	lookup func(context.Context, string) (store.Secret, error),
+	issue func(context.Context, string) (string, error)) (string, error) {
+	if secret := readSecret(path); secret != "" {
+		if rec, err := lookup(ctx, credential.Hash(secret)); err == nil && rec.Active() {
+			return secret, nil
+		}
+	}
+	secret, err := issue(ctx, devAccount)
+	if err != nil {
+		return "", err
+	}
+	return secret, os.WriteFile(path, []byte(secret), 0o600)
 }
 
 func readSecret(path string) string {
