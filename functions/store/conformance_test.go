@@ -6,6 +6,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/functions/store/storetest"
+	"github.com/c0mpute/c0mpute/infra/dynamotest"
 )
 
 // TestStoreConformance runs the one conformance suite against every store
@@ -24,8 +25,7 @@ func TestStoreConformance(t *testing.T) {
 		})
 	})
 	t.Run("dynamodb", func(t *testing.T) {
-		// Issue 3 adds the DynamoDB store; this subtest will then run the
-		// same suite against DynamoDB Local.
-		t.Skip("DynamoDB implementation lands with issue 3")
+		dynamotest.Endpoint(t) // skip at once, not in every subtest
+		storetest.Run(t, func(t *testing.T) store.Store { return dynamotest.Store(t) })
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
+	"github.com/c0mpute/c0mpute/infra/dynamotest"
 	"github.com/c0mpute/c0mpute/infra/ollamatest"
 	"github.com/c0mpute/c0mpute/infra/testmodel"
 	"github.com/c0mpute/c0mpute/workerd/agent"
@@ -71,11 +72,7 @@ type envOptions struct {
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "c0.db"), embedded.WithNoSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t)
 	limits := api.DefaultLimits()
 	if o.limits != nil {
 		limits = *o.limits
@@ -97,6 +94,22 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	e.client = openai.NewClient(option.WithBaseURL(stack.APIURL+"/"), option.WithAPIKey(e.apiKey), option.WithMaxRetries(0))
 	return e
+}
+
+// openStore opens the store the suite runs on: the embedded store, or with
+// C0MPUTE_STORE=dynamodb a fresh table on DynamoDB Local (scripts/test runs
+// the suite both ways).
+func openStore(t testing.TB) store.Store {
+	t.Helper()
+	if os.Getenv("C0MPUTE_STORE") == "dynamodb" {
+		return dynamotest.Store(t)
+	}
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "c0.db"), embedded.WithNoSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // worker is an in-process workerd.

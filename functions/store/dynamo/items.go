@@ -1,0 +1,297 @@
+package dynamo
+
+import (
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/schema"
+)
+
+// Partition key prefixes and fixed sort keys, one per record kind. The
+// README lists which access pattern reads each.
+const (
+	pAccount  = "ACCT#"   // ACCT#<id> / ACCT: the account
+	sAccount  = "ACCT"    //
+	sKeyCount = "KEYS#"   // ACCT#<id> / KEYS#<kind>: active secrets of a kind
+	pGrant    = "GRANT#"  // GRANT#<idempotency key> / GRANT
+	pNonce    = "NONCE#"  // NONCE#<nonce> / NONCE
+	pRate     = "RATE#"   // RATE#<key hash> / <window>
+	pJob      = "JOB#"    // JOB#<id> / JOB
+	pWorker   = "WORKER#" // WORKER#<conn> / WORKER
+	sConn     = "CONN#"   // <TOKEN#hash> / CONN#<conn>: live workers on a token
+	pListener = "LISTENER#"
+	pStats    = "STATS#" // STATS#<shard> / TOTAL, MIN#<minute>
+	sTotal    = "TOTAL"
+	sMinute   = "MIN#"
+
+	gQueue  = "Q#" // index partition of queued jobs: Q#<model>#<shard>
+	gWorker = "W#" // index partition of live workers: W#<shard>
+)
+
+// Attribute names used in expressions.
+const (
+	aCredits   = "credits"
+	aDeposited = "deposited"
+	aSpent     = "spent"
+	aAllowance = "allowance"
+	aEarned    = "earned"
+	aActive    = "active"
+	aRevoked   = "revoked"
+	aAccount   = "account"
+	aCount     = "count"
+	aExpires   = "expires"
+	aState     = "state"
+	aWorker    = "worker"
+	aWorkerAcc = "worker_account"
+	aAttempts  = "attempts"
+	aUpdated   = "updated"
+	aRefunded  = "refunded"
+	aReason    = "fail_reason"
+	aPrompt    = "prompt_tokens"
+	aComplete  = "completion_tokens"
+	aPrice     = "price"
+	aJob       = "job"
+	aModels    = "models"
+	aReg       = "registered"
+	aDraining  = "draining"
+	aSpeed     = "milli_tok_per_sec"
+	aJobs      = "jobs"
+	aTokens    = "tokens"
+)
+
+type key struct {
+	PK string `dynamodbav:"pk"`
+	SK string `dynamodbav:"sk"`
+}
+
+func (k key) av() map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{schema.PK: str(k.PK), schema.SK: str(k.SK)}
+}
+
+func accountKey(id string) key          { return key{pAccount + id, sAccount} }
+func grantKey(idem string) key          { return key{pGrant + idem, "GRANT"} }
+func nonceKey(n string) key             { return key{pNonce + n, "NONCE"} }
+func jobKey(id string) key              { return key{pJob + id, "JOB"} }
+func workerKey(conn string) key         { return key{pWorker + conn, "WORKER"} }
+func listenerKey(c string) key          { return key{pListener + c, "LISTENER"} }
+func rateKey(h string, w time.Time) key { return key{pRate + h, timeKey(w)} }
+
+// timeKey encodes t so that string order is time order: the nanoseconds
+// with the sign bit flipped, as 20 decimal digits.
+func timeKey(t time.Time) string {
+	return fmt.Sprintf("%020d", uint64(t.UnixNano())^(1<<63))
+}
+
+// shard maps s to one of n shards, stably: the same job or connection
+// always lands on the same shard, so retries and readers agree.
+func shard(s string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return int(h.Sum32() % uint32(n))
+}
+
+func queuePartition(model, jobID string) string {
+	return fmt.Sprintf("%s%s#%d", gQueue, model, shard(jobID, queueShards))
+}
+
+func workerPartition(conn string) string {
+	return fmt.Sprintf("%s%d", gWorker, shard(conn, workerShards))
+}
+
+// Times are stored as Unix nanoseconds; 0 (absent) is the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// ttl is an expiry in epoch seconds, the form DynamoDB's TTL reads.
+func ttl(t time.Time) int64 { return t.Unix() }
+
+func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+func num(n int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: fmt.Sprint(n)} }
+func boolean(b bool) types.AttributeValue {
+	return &types.AttributeValueMemberBOOL{Value: b}
+}
+
+// accountItem is an account as stored.
+type accountItem struct {
+	key
+	ID        string `dynamodbav:"id"`
+	Wallet    string `dynamodbav:"wallet,omitempty"`
+	Credits   int64  `dynamodbav:"credits"`
+	Deposited int64  `dynamodbav:"deposited"`
+	Spent     int64  `dynamodbav:"spent"`
+	Allowance int64  `dynamodbav:"allowance"`
+	Earned    int64  `dynamodbav:"earned"`
+	Created   int64  `dynamodbav:"created,omitempty"`
+}
+
+func toAccountItem(a store.Account) accountItem {
+	return accountItem{key: accountKey(a.ID), ID: a.ID, Wallet: a.Wallet, Credits: a.Credits,
+		Deposited: a.TotalDeposited, Spent: a.TotalSpent, Allowance: a.FreeAllowanceLeft,
+		Earned: a.Earned, Created: nanos(a.CreatedAt)}
+}
+
+func (i accountItem) account() store.Account {
+	return store.Account{ID: i.ID, Wallet: i.Wallet, Credits: i.Credits, TotalDeposited: i.Deposited,
+		TotalSpent: i.Spent, FreeAllowanceLeft: i.Allowance, Earned: i.Earned, CreatedAt: fromNanos(i.Created)}
+}
+
+// secretItem is an API key or worker token: once under its hash (the
+// lookup on every request) and once in its account's partition (listing,
+// oldest first), written together.
+type secretItem struct {
+	key
+	Hash    string `dynamodbav:"hash"`
+	ID      string `dynamodbav:"id"`
+	Account string `dynamodbav:"account"`
+	Created int64  `dynamodbav:"created,omitempty"`
+	Revoked int64  `dynamodbav:"revoked,omitempty"`
+}
+
+func toSecretItem(k key, s store.Secret) secretItem {
+	return secretItem{key: k, Hash: s.Hash, ID: s.ID, Account: s.AccountID,
+		Created: nanos(s.CreatedAt), Revoked: nanos(s.RevokedAt)}
+}
+
+func (i secretItem) secret() store.Secret {
+	return store.Secret{Hash: i.Hash, ID: i.ID, AccountID: i.Account,
+		CreatedAt: fromNanos(i.Created), RevokedAt: fromNanos(i.Revoked)}
+}
+
+// jobItem is a job. GPK and GSK are set while it is queued, which puts it
+// in the index's queue partitions.
+type jobItem struct {
+	key
+	GPK              string `dynamodbav:"gpk,omitempty"`
+	GSK              string `dynamodbav:"gsk,omitempty"`
+	ID               string `dynamodbav:"id"`
+	Account          string `dynamodbav:"account"`
+	Model            string `dynamodbav:"model"`
+	Price            int64  `dynamodbav:"price"`
+	FromAllowance    int64  `dynamodbav:"from_allowance"`
+	State            string `dynamodbav:"state"`
+	Listener         string `dynamodbav:"listener"`
+	Worker           string `dynamodbav:"worker"`
+	WorkerAccount    string `dynamodbav:"worker_account"`
+	Attempts         int64  `dynamodbav:"attempts"`
+	Created          int64  `dynamodbav:"created"`
+	Updated          int64  `dynamodbav:"updated"`
+	Refunded         bool   `dynamodbav:"refunded"`
+	FailReason       string `dynamodbav:"fail_reason"`
+	PromptTokens     int64  `dynamodbav:"prompt_tokens"`
+	CompletionTokens int64  `dynamodbav:"completion_tokens"`
+}
+
+// queueSortKey orders a model's queue by age, then id.
+func queueSortKey(j store.Job) string { return timeKey(j.Created) + "#" + j.ID }
+
+func toJobItem(j store.Job) jobItem {
+	i := jobItem{key: jobKey(j.ID), ID: j.ID, Account: j.AccountID, Model: j.Model, Price: j.Price,
+		FromAllowance: j.FromAllowance, State: string(j.State), Listener: j.Listener, Worker: j.Worker,
+		WorkerAccount: j.WorkerAccount, Attempts: int64(j.Attempts), Created: nanos(j.Created),
+		Updated: nanos(j.Updated), Refunded: j.Refunded, FailReason: j.FailReason,
+		PromptTokens: j.PromptTokens, CompletionTokens: j.CompletionTokens}
+	if j.State == store.JobQueued {
+		i.GPK, i.GSK = queuePartition(j.Model, j.ID), queueSortKey(j)
+	}
+	return i
+}
+
+func (i jobItem) job() store.Job {
+	return store.Job{ID: i.ID, AccountID: i.Account, Model: i.Model, Price: i.Price,
+		FromAllowance: i.FromAllowance, State: store.JobState(i.State), Listener: i.Listener,
+		Worker: i.Worker, WorkerAccount: i.WorkerAccount, Attempts: int(i.Attempts),
+		Created: fromNanos(i.Created), Updated: fromNanos(i.Updated), Refunded: i.Refunded,
+		FailReason: i.FailReason, PromptTokens: i.PromptTokens, CompletionTokens: i.CompletionTokens}
+}
+
+// workerItem is a live worker, in the index's worker partitions for as
+// long as it exists.
+type workerItem struct {
+	key
+	GPK         string   `dynamodbav:"gpk"`
+	GSK         string   `dynamodbav:"gsk"`
+	Conn        string   `dynamodbav:"conn"`
+	Account     string   `dynamodbav:"account"`
+	TokenHash   string   `dynamodbav:"token_hash"`
+	Pubkey      string   `dynamodbav:"pubkey"`
+	Models      []string `dynamodbav:"models"`
+	State       string   `dynamodbav:"state"`
+	Job         string   `dynamodbav:"job"`
+	Speed       int64    `dynamodbav:"milli_tok_per_sec"`
+	Registered  bool     `dynamodbav:"registered"`
+	Draining    bool     `dynamodbav:"draining"`
+	ConnectedAt int64    `dynamodbav:"connected_at,omitempty"`
+	TTL         int64    `dynamodbav:"ttl"`
+}
+
+func toWorkerItem(w store.Worker, now time.Time) workerItem {
+	models := w.Models
+	if models == nil {
+		models = []string{} // a list attribute, never NULL, so list functions work
+	}
+	return workerItem{key: workerKey(w.Conn), GPK: workerPartition(w.Conn), GSK: w.Conn,
+		Conn: w.Conn, Account: w.AccountID, TokenHash: w.TokenHash, Pubkey: w.Pubkey, Models: models,
+		State: string(w.State), Job: w.Job, Speed: w.MilliTokPerSec, Registered: w.Registered,
+		Draining: w.Draining, ConnectedAt: nanos(w.ConnectedAt), TTL: ttl(now.Add(connectionTTL))}
+}
+
+func (i workerItem) worker() store.Worker {
+	var models []string
+	if len(i.Models) > 0 {
+		models = i.Models
+	}
+	return store.Worker{Conn: i.Conn, AccountID: i.Account, TokenHash: i.TokenHash, Pubkey: i.Pubkey,
+		Models: models, State: store.WorkerState(i.State), Job: i.Job, MilliTokPerSec: i.Speed,
+		Registered: i.Registered, Draining: i.Draining, ConnectedAt: fromNanos(i.ConnectedAt)}
+}
+
+type listenerItem struct {
+	key
+	Conn        string `dynamodbav:"conn"`
+	ConnectedAt int64  `dynamodbav:"connected_at,omitempty"`
+	TTL         int64  `dynamodbav:"ttl"`
+}
+
+func marshal(v any) (map[string]types.AttributeValue, error) {
+	m, err := attributevalue.MarshalMap(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	return m, nil
+}
+
+func unmarshal(m map[string]types.AttributeValue, v any) error {
+	if err := attributevalue.UnmarshalMap(m, v); err != nil {
+		return fmt.Errorf("decode %T: %w", v, err)
+	}
+	return nil
+}
+
+// names builds ExpressionAttributeNames for plain attribute names: "#x" → "x".
+func names(attrs ...string) map[string]string {
+	m := make(map[string]string, len(attrs))
+	for _, a := range attrs {
+		m["#"+a] = a
+	}
+	return m
+}
+
+// tableName is a convenience for the many inputs that need *string.
+func (s *Store) tableName() *string { return aws.String(s.table) }

@@ -1,0 +1,642 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/schema"
+)
+
+// maxStaleRetries bounds how often one call rebuilds its write after a
+// condition showed that what it knew was stale. Each retry starts from the
+// item as the failed condition returned it, so more than a couple means
+// other writers keep changing the record; the caller then sees the conflict.
+const maxStaleRetries = 8
+
+// values is shorthand for ExpressionAttributeValues.
+type values = map[string]types.AttributeValue
+
+// Admit implements store.Store in one transaction: the key must be active
+// and the account's, the job id new, the rate window below its limit and
+// the balance enough. The split of the price between allowance and credits
+// depends on the allowance, which the write must know: it uses the
+// allowance last seen for the account (none, for most accounts), conditions
+// on it, and if that was stale the failed condition returns the account as
+// it is and the second try is exact.
+func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, error) {
+	in := r.Job
+	if in.ID == "" {
+		return store.Job{}, errors.New("dynamo: admit: empty job id")
+	}
+	if in.Price < 0 {
+		return store.Job{}, fmt.Errorf("dynamo: admit job %s: negative price %d", in.ID, in.Price)
+	}
+	fail := func(err error) (store.Job, error) {
+		return store.Job{}, fmt.Errorf("dynamo: admit job %s: %w", in.ID, err)
+	}
+	accountID := in.AccountID
+	if accountID == "" {
+		// The caller did not say whose job it is: one more read.
+		key, err := s.getSecret(ctx, apiKeys, r.KeyHash)
+		if errors.Is(err, store.ErrNotFound) {
+			return fail(fmt.Errorf("api key: %w", store.ErrNotFound))
+		} else if err != nil {
+			return fail(err)
+		}
+		accountID = key.AccountID
+	}
+	job := store.Job{ID: in.ID, AccountID: accountID, Model: in.Model, Price: in.Price,
+		State: store.JobQueued, Listener: in.Listener, Created: in.Created, Updated: in.Updated}
+	if job.Updated.IsZero() {
+		job.Updated = job.Created
+	}
+	allowance := s.hints.allowance(accountID)
+	for try := 0; ; try++ {
+		job.FromAllowance = min(max(allowance, 0), job.Price)
+		fromCredits := job.Price - job.FromAllowance
+		jobItem, err := marshal(toJobItem(job))
+		if err != nil {
+			return fail(err)
+		}
+		// The allowance condition pins the split computed above.
+		allowanceCond := ""
+		switch {
+		case job.Price == 0:
+		case job.FromAllowance == job.Price:
+			allowanceCond = " AND #allowance >= :price"
+		case job.FromAllowance == 0:
+			allowanceCond = " AND #allowance <= :zero"
+		default:
+			allowanceCond = " AND #allowance = :fa"
+		}
+		v := values{":fa": num(job.FromAllowance), ":fc": num(fromCredits), ":price": num(job.Price)}
+		if job.FromAllowance == 0 && job.Price > 0 {
+			v[":zero"] = num(0)
+		}
+		err = s.transact(ctx, []types.TransactWriteItem{
+			{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(), Key: apiKeys.hashKey(r.KeyHash).av(),
+				ConditionExpression:                 aws.String("attribute_exists(pk) AND attribute_not_exists(#revoked) AND #account = :account"),
+				ExpressionAttributeNames:            names(aRevoked, aAccount),
+				ExpressionAttributeValues:           values{":account": str(accountID)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+			{Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
+			{Update: &types.Update{TableName: s.tableName(), Key: rateKey(r.KeyHash, r.Window).av(),
+				UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
+				ConditionExpression:                 aws.String("attribute_not_exists(#count) OR #count < :limit"),
+				ExpressionAttributeNames:            names(aCount, schema.TTL),
+				ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":limit": num(r.Limit), ":ttl": num(ttl(r.Window.Add(rateWindowTTL)))},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+			{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
+				UpdateExpression:                    aws.String("SET #credits = #credits - :fc, #allowance = #allowance - :fa, #spent = #spent + :price"),
+				ConditionExpression:                 aws.String("attribute_exists(pk) AND #credits >= :fc" + allowanceCond),
+				ExpressionAttributeNames:            names(aCredits, aAllowance, aSpent),
+				ExpressionAttributeValues:           v,
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+		})
+		var tf *txFailed
+		if !errors.As(err, &tf) {
+			if err != nil {
+				return fail(err)
+			}
+			s.hints.setAllowance(accountID, allowance-job.FromAllowance)
+			s.hints.setJob(job)
+			return job, nil
+		}
+		switch {
+		case tf.failed(0):
+			var key secretItem
+			if old := tf.old(0); old == nil {
+				return fail(fmt.Errorf("api key: %w", store.ErrNotFound))
+			} else if err := unmarshal(old, &key); err != nil {
+				return fail(err)
+			}
+			if key.Revoked != 0 {
+				return fail(fmt.Errorf("api key %s: %w", key.ID, store.ErrRevoked))
+			}
+			return fail(fmt.Errorf("job account %q is not the api key's account", accountID))
+		case tf.failed(1):
+			return fail(fmt.Errorf("job: %w", store.ErrExists))
+		case tf.failed(2):
+			var w struct {
+				Count int64 `dynamodbav:"count"`
+			}
+			_ = unmarshal(tf.old(2), &w) // for the message only
+			return fail(fmt.Errorf("api key: %d of %d requests in window: %w", w.Count, r.Limit, store.ErrRateLimited))
+		case tf.failed(3):
+			old := tf.old(3)
+			if old == nil {
+				return fail(fmt.Errorf("account %s: %w", accountID, store.ErrNotFound))
+			}
+			var a accountItem
+			if err := unmarshal(old, &a); err != nil {
+				return fail(err)
+			}
+			allowance = a.Allowance
+			s.hints.setAllowance(accountID, allowance)
+			fa := min(max(a.Allowance, 0), job.Price)
+			if job.Price-fa > a.Credits {
+				return fail(fmt.Errorf("account %s: price %d, allowance %d, credits %d: %w",
+					accountID, job.Price, a.Allowance, a.Credits, store.ErrInsufficientCredits))
+			}
+			if try >= maxStaleRetries {
+				return fail(fmt.Errorf("account %s keeps changing: %w", accountID, store.ErrConflict))
+			}
+		default:
+			return fail(tf)
+		}
+	}
+}
+
+// GetJob implements store.Store.
+func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	j, err := s.readJob(ctx, id)
+	if err != nil {
+		return store.Job{}, fmt.Errorf("dynamo: get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// readJob reads a job (consistently) and remembers it.
+func (s *Store) readJob(ctx context.Context, id string) (store.Job, error) {
+	var it jobItem
+	if err := s.get(ctx, jobKey(id), &it); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("job: %w", store.ErrNotFound)
+		}
+		return store.Job{}, err
+	}
+	j := it.job()
+	s.hints.setJob(j)
+	return j, nil
+}
+
+// knownJob is the job as this process last saw it, or as it is now.
+func (s *Store) knownJob(ctx context.Context, id string) (store.Job, error) {
+	if j, ok := s.hints.job(id); ok {
+		return j, nil
+	}
+	return s.readJob(ctx, id)
+}
+
+// oldJob decodes the ALL_OLD image of a job whose condition failed and
+// remembers it; ErrNotFound if there was no job.
+func (s *Store) oldJob(tf *txFailed, i int) (store.Job, error) {
+	old := tf.old(i)
+	if old == nil {
+		return store.Job{}, fmt.Errorf("job: %w", store.ErrNotFound)
+	}
+	var it jobItem
+	if err := unmarshal(old, &it); err != nil {
+		return store.Job{}, err
+	}
+	j := it.job()
+	s.hints.setJob(j)
+	return j, nil
+}
+
+// QueuedJobs implements store.Store. It reads the model's queue shards of
+// the index in parallel, each oldest first, and merges them. The index is
+// eventually consistent, so a job assigned a moment ago may still be
+// listed: callers take jobs with Assign, whose condition is the truth.
+func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]store.Job, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	type shardResult struct {
+		items []jobItem
+		err   error
+	}
+	results := make([]shardResult, queueShards)
+	var wg sync.WaitGroup
+	for i := range queueShards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: s.tableName(), IndexName: aws.String(schema.Index),
+				KeyConditionExpression:    aws.String("#gpk = :gpk"),
+				ExpressionAttributeNames:  names(schema.GPK),
+				ExpressionAttributeValues: values{":gpk": str(fmt.Sprintf("%s%s#%d", gQueue, model, i))},
+				Limit:                     aws.Int32(int32(min(limit, 1000))),
+			})
+			if err != nil {
+				results[i].err = err
+				return
+			}
+			for _, item := range out.Items {
+				var it jobItem
+				if err := unmarshal(item, &it); err != nil {
+					results[i].err = err
+					return
+				}
+				results[i].items = append(results[i].items, it)
+			}
+		}()
+	}
+	wg.Wait()
+	var all []jobItem
+	for _, r := range results {
+		if r.err != nil {
+			return nil, fmt.Errorf("dynamo: queued jobs for %s: %w", model, r.err)
+		}
+		all = append(all, r.items...)
+	}
+	slices.SortFunc(all, func(a, b jobItem) int {
+		switch {
+		case a.GSK < b.GSK:
+			return -1
+		case a.GSK > b.GSK:
+			return 1
+		}
+		return 0
+	})
+	var jobs []store.Job
+	for _, it := range all[:min(len(all), limit)] {
+		j := it.job()
+		s.hints.setJob(j)
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+// Assign implements store.Store: the job (still queued, as many attempts
+// as this process knows) and the worker (registered, idle, not draining,
+// serving the model, of the account this process knows) change in one
+// transaction. The job usually comes from Admit or QueuedJobs and the
+// worker's account from IdleWorkers, so the hot path makes no read.
+func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (store.Job, error) {
+	fail := func(err error) (store.Job, error) {
+		return store.Job{}, fmt.Errorf("dynamo: assign job %s to %s: %w", jobID, conn, err)
+	}
+	job, err := s.knownJob(ctx, jobID)
+	if err != nil {
+		return fail(err)
+	}
+	account, ok := s.hints.workerAccount(conn)
+	if !ok {
+		w, err := s.GetWorker(ctx, conn)
+		if err != nil {
+			return fail(err)
+		}
+		account = w.AccountID
+	}
+	for try := 0; ; try++ {
+		if job.State != store.JobQueued {
+			if try == 0 { // it may have been requeued since: look again
+				if job, err = s.readJob(ctx, jobID); err != nil {
+					return fail(err)
+				}
+			}
+			if job.State != store.JobQueued {
+				return fail(fmt.Errorf("job is %s: %w", job.State, store.ErrConflict))
+			}
+		}
+		err := s.transact(ctx, []types.TransactWriteItem{
+			{Update: &types.Update{TableName: s.tableName(), Key: jobKey(jobID).av(),
+				UpdateExpression:                    aws.String("SET #state = :assigned, #worker = :w, #worker_account = :wa, #attempts = #attempts + :one, #updated = :at REMOVE #gpk, #gsk"),
+				ConditionExpression:                 aws.String("#state = :queued AND #attempts = :attempts"),
+				ExpressionAttributeNames:            names(aState, aWorker, aWorkerAcc, aAttempts, aUpdated, schema.GPK, schema.GSK),
+				ExpressionAttributeValues:           values{":assigned": str(string(store.JobAssigned)), ":queued": str(string(store.JobQueued)), ":w": str(conn), ":wa": str(account), ":one": num(1), ":at": num(nanos(at)), ":attempts": num(int64(job.Attempts))},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+			{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
+				UpdateExpression:                    aws.String("SET #state = :busy, #job = :job"),
+				ConditionExpression:                 aws.String("attribute_exists(pk) AND #registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #account = :wa"),
+				ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount),
+				ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(jobID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(account)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+		})
+		var tf *txFailed
+		if !errors.As(err, &tf) {
+			if err != nil {
+				return fail(err)
+			}
+			job.State, job.Worker, job.WorkerAccount = store.JobAssigned, conn, account
+			job.Attempts++
+			job.Updated = at
+			s.hints.setJob(job)
+			return job, nil
+		}
+		if tf.failed(0) {
+			if job, err = s.oldJob(tf, 0); err != nil {
+				return fail(err)
+			}
+		}
+		if tf.failed(1) {
+			old := tf.old(1)
+			if old == nil {
+				return fail(fmt.Errorf("worker %s: %w", conn, store.ErrNotFound))
+			}
+			var it workerItem
+			if err := unmarshal(old, &it); err != nil {
+				return fail(err)
+			}
+			w := it.worker()
+			s.hints.setWorker(w)
+			switch {
+			case job.State != store.JobQueued:
+				return fail(fmt.Errorf("job is %s: %w", job.State, store.ErrConflict))
+			case !w.Registered:
+				return fail(fmt.Errorf("worker %s is not registered: %w", conn, store.ErrConflict))
+			case w.Draining:
+				return fail(fmt.Errorf("worker %s is draining: %w", conn, store.ErrConflict))
+			case w.State != store.WorkerIdle:
+				return fail(fmt.Errorf("worker %s is %s: %w", conn, w.State, store.ErrConflict))
+			case !w.Serves(job.Model):
+				return fail(fmt.Errorf("worker %s does not serve %s: %w", conn, job.Model, store.ErrConflict))
+			}
+			account = w.AccountID // the only other condition: a stale account
+		}
+		if try >= maxStaleRetries {
+			return fail(fmt.Errorf("job or worker keeps changing: %w", store.ErrConflict))
+		}
+	}
+}
+
+// freeItem makes a worker idle if its record exists and still holds jobID
+// (the condition; the caller drops this item and tries again if it fails),
+// recording a measured speed.
+func (s *Store) freeItem(conn, jobID string, milliTokPerSec int64) types.TransactWriteItem {
+	update := "SET #state = :idle, #job = :none"
+	v := values{":idle": str(string(store.WorkerIdle)), ":none": str(""), ":job": str(jobID)}
+	n := names(aState, aJob)
+	if milliTokPerSec > 0 {
+		update += ", #milli_tok_per_sec = :speed"
+		v[":speed"] = num(milliTokPerSec)
+		n = names(aState, aJob, aSpeed)
+	}
+	return types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
+		UpdateExpression: aws.String(update), ConditionExpression: aws.String("attribute_exists(pk) AND #job = :job"),
+		ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+}
+
+// recordSpeed records a measured speed on a worker that exists but no longer
+// holds the job it was measured on. It is a hint for dispatch, so it is a
+// separate write.
+func (s *Store) recordSpeed(ctx context.Context, conn string, milliTokPerSec int64) error {
+	if milliTokPerSec <= 0 {
+		return nil
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.tableName(), Key: workerKey(conn).av(),
+		UpdateExpression: aws.String("SET #milli_tok_per_sec = :speed"), ConditionExpression: exists,
+		ExpressionAttributeNames: names(aSpeed), ExpressionAttributeValues: values{":speed": num(milliTokPerSec)}})
+	if isConditionFailed(err) {
+		return nil // the worker is gone
+	}
+	return err
+}
+
+// Requeue implements store.Store. The job goes back to its queue shard
+// under its original age, so it leaves before younger jobs.
+func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error) {
+	fail := func(err error) (store.Job, error) {
+		return store.Job{}, fmt.Errorf("dynamo: requeue job %s from %s: %w", jobID, worker, err)
+	}
+	job, err := s.knownJob(ctx, jobID)
+	if err != nil {
+		return fail(err)
+	}
+	freeWorker := true
+	for try := 0; ; try++ {
+		if job.State != store.JobAssigned || job.Worker != worker {
+			if try == 0 {
+				if job, err = s.readJob(ctx, jobID); err != nil {
+					return fail(err)
+				}
+			}
+			if job.State != store.JobAssigned || job.Worker != worker {
+				return fail(fmt.Errorf("job is %s on %q: %w", job.State, job.Worker, store.ErrConflict))
+			}
+		}
+		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: jobKey(jobID).av(),
+			UpdateExpression:                    aws.String("SET #state = :queued, #worker = :none, #worker_account = :none, #updated = :at, #gpk = :gpk, #gsk = :gsk"),
+			ConditionExpression:                 aws.String("#state = :assigned AND #worker = :w AND #attempts = :attempts"),
+			ExpressionAttributeNames:            names(aState, aWorker, aWorkerAcc, aUpdated, aAttempts, schema.GPK, schema.GSK),
+			ExpressionAttributeValues:           values{":queued": str(string(store.JobQueued)), ":assigned": str(string(store.JobAssigned)), ":none": str(""), ":w": str(worker), ":at": num(nanos(at)), ":gpk": str(queuePartition(job.Model, job.ID)), ":gsk": str(queueSortKey(job)), ":attempts": num(int64(job.Attempts))},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
+		if freeWorker {
+			items = append(items, s.freeItem(worker, jobID, 0))
+		}
+		err := s.transact(ctx, items)
+		var tf *txFailed
+		if !errors.As(err, &tf) {
+			if err != nil {
+				return fail(err)
+			}
+			job.State, job.Worker, job.WorkerAccount, job.Updated = store.JobQueued, "", "", at
+			s.hints.setJob(job)
+			return job, nil
+		}
+		if tf.failed(0) {
+			if job, err = s.oldJob(tf, 0); err != nil {
+				return fail(err)
+			}
+		} else if tf.failed(1) {
+			freeWorker = false // gone, or holding another job: leave it
+		}
+		if try >= maxStaleRetries {
+			return fail(fmt.Errorf("job keeps changing: %w", store.ErrConflict))
+		}
+	}
+}
+
+// Complete implements store.Store: the job's end, the worker's earning,
+// freeing the worker and the counters, in one transaction.
+func (s *Store) Complete(ctx context.Context, c store.Completion) error {
+	fail := func(err error) error {
+		return fmt.Errorf("dynamo: complete job %s on %s: %w", c.JobID, c.Worker, err)
+	}
+	if c.Earning < 0 || c.PromptTokens < 0 || c.CompletionTokens < 0 {
+		return fail(errors.New("negative earning or token count"))
+	}
+	job, err := s.knownJob(ctx, c.JobID)
+	if err != nil {
+		return fail(err)
+	}
+	freeWorker := true
+	for try := 0; ; try++ {
+		if job.State != store.JobAssigned || job.Worker != c.Worker {
+			if try == 0 {
+				if job, err = s.readJob(ctx, c.JobID); err != nil {
+					return fail(err)
+				}
+			}
+			switch {
+			case job.State == store.JobDone:
+				return nil // a retry: the first call did everything
+			case job.State != store.JobAssigned || job.Worker != c.Worker:
+				return fail(fmt.Errorf("job is %s on %q: %w", job.State, job.Worker, store.ErrConflict))
+			}
+		}
+		if c.Earning > job.Price {
+			// An earning is a share of what was paid: more would mint credits.
+			return fail(fmt.Errorf("earning %d exceeds the job's price %d", c.Earning, job.Price))
+		}
+		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: jobKey(c.JobID).av(),
+			UpdateExpression:                    aws.String("SET #state = :done, #updated = :at, #prompt_tokens = :p, #completion_tokens = :c"),
+			ConditionExpression:                 aws.String("#state = :assigned AND #worker = :w AND #worker_account = :wa"),
+			ExpressionAttributeNames:            names(aState, aUpdated, aPrompt, aComplete, aWorker, aWorkerAcc),
+			ExpressionAttributeValues:           values{":done": str(string(store.JobDone)), ":assigned": str(string(store.JobAssigned)), ":at": num(nanos(c.At)), ":p": num(c.PromptTokens), ":c": num(c.CompletionTokens), ":w": str(c.Worker), ":wa": str(job.WorkerAccount)},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
+		earnAt := -1
+		if c.Earning > 0 {
+			earnAt = len(items)
+			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: accountKey(job.WorkerAccount).av(),
+				UpdateExpression: aws.String("SET #earned = #earned + :e"), ConditionExpression: exists,
+				ExpressionAttributeNames: names(aEarned), ExpressionAttributeValues: values{":e": num(c.Earning)}}})
+		}
+		freeAt := -1
+		if freeWorker {
+			freeAt = len(items)
+			items = append(items, s.freeItem(c.Worker, c.JobID, c.MilliTokPerSec))
+		}
+		items = append(items, s.countCompletion(c.JobID, c.CompletionTokens, c.At)...)
+		err := s.transact(ctx, items)
+		var tf *txFailed
+		if !errors.As(err, &tf) {
+			if err != nil {
+				return fail(err)
+			}
+			if !freeWorker {
+				if err := s.recordSpeed(ctx, c.Worker, c.MilliTokPerSec); err != nil {
+					return fail(err)
+				}
+			}
+			s.hints.setJob(store.Job{ID: c.JobID, State: store.JobDone})
+			return nil
+		}
+		switch {
+		case tf.failed(0):
+			if job, err = s.oldJob(tf, 0); err != nil {
+				return fail(err)
+			}
+			if job.State == store.JobDone {
+				return nil
+			}
+		case earnAt >= 0 && tf.failed(earnAt):
+			return fail(fmt.Errorf("worker account %q: %w", job.WorkerAccount, store.ErrNotFound))
+		case freeAt >= 0 && tf.failed(freeAt):
+			freeWorker = false
+		}
+		if try >= maxStaleRetries {
+			return fail(fmt.Errorf("job keeps changing: %w", store.ErrConflict))
+		}
+	}
+}
+
+// countCompletion adds a completion to the job's shard of the totals and
+// of the per-minute token counts.
+func (s *Store) countCompletion(jobID string, tokens int64, at time.Time) []types.TransactWriteItem {
+	p := fmt.Sprintf("%s%d", pStats, shard(jobID, statShards))
+	minute := at.Truncate(time.Minute)
+	return []types.TransactWriteItem{
+		{Update: &types.Update{TableName: s.tableName(), Key: key{p, sTotal}.av(),
+			UpdateExpression:         aws.String("ADD #jobs :one, #tokens :t"),
+			ExpressionAttributeNames: names(aJobs, aTokens), ExpressionAttributeValues: values{":one": num(1), ":t": num(tokens)}}},
+		{Update: &types.Update{TableName: s.tableName(), Key: key{p, sMinute + timeKey(minute)}.av(),
+			UpdateExpression:         aws.String("ADD #tokens :t SET #ttl = :ttl"),
+			ExpressionAttributeNames: names(aTokens, schema.TTL), ExpressionAttributeValues: values{":t": num(tokens), ":ttl": num(ttl(minute.Add(tokenMinuteTTL)))}}},
+	}
+}
+
+// Fail implements store.Store. It reads the job first: Fail is off the hot
+// path, and what it writes depends on the job's state.
+func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error) {
+	fail := func(err error) (store.Job, error) {
+		return store.Job{}, fmt.Errorf("dynamo: fail job %s: %w", jobID, err)
+	}
+	job, err := s.readJob(ctx, jobID)
+	if err != nil {
+		return fail(err)
+	}
+	freeWorker := true
+	for try := 0; ; try++ {
+		next := job
+		var cond string
+		v := values{":attempts": num(int64(job.Attempts))}
+		switch job.State {
+		case store.JobDone:
+			return fail(fmt.Errorf("job is done: %w", store.ErrConflict))
+		case store.JobFailed:
+			if !refund || job.Refunded {
+				return job, nil
+			}
+			cond = "#state = :failed AND #refunded = :f"
+			v[":failed"], v[":f"] = str(string(store.JobFailed)), boolean(false)
+		case store.JobQueued:
+			cond = "#state = :queued AND #attempts = :attempts"
+			v[":queued"] = str(string(store.JobQueued))
+		case store.JobAssigned:
+			cond = "#state = :assigned AND #worker = :w AND #attempts = :attempts"
+			v[":assigned"], v[":w"] = str(string(store.JobAssigned)), str(job.Worker)
+		default:
+			return fail(fmt.Errorf("job in unknown state %q", job.State))
+		}
+		if job.State != store.JobFailed {
+			next.State, next.FailReason, next.Updated = store.JobFailed, reason, at
+		}
+		if refund {
+			next.Refunded = true
+		}
+		update := "SET #state = :st, #fail_reason = :reason, #updated = :at, #refunded = :refunded REMOVE #gpk, #gsk"
+		v[":st"], v[":reason"], v[":at"], v[":refunded"] = str(string(next.State)), str(next.FailReason), num(nanos(next.Updated)), boolean(next.Refunded)
+		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: jobKey(jobID).av(),
+			UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
+			ExpressionAttributeNames:            names(aState, aReason, aUpdated, aRefunded, aAttempts, aWorker, schema.GPK, schema.GSK),
+			ExpressionAttributeValues:           v,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
+		// Unused names are an error in DynamoDB: keep only those the
+		// condition mentions.
+		if job.State != store.JobAssigned {
+			delete(items[0].Update.ExpressionAttributeNames, "#worker")
+		}
+		if job.State == store.JobFailed {
+			delete(items[0].Update.ExpressionAttributeNames, "#attempts")
+			delete(v, ":attempts")
+		}
+		refundAt := -1
+		if refund && !job.Refunded {
+			refundAt = len(items)
+			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: accountKey(job.AccountID).av(),
+				UpdateExpression:         aws.String("SET #credits = #credits + :fc, #allowance = #allowance + :fa, #spent = #spent - :price"),
+				ConditionExpression:      exists,
+				ExpressionAttributeNames: names(aCredits, aAllowance, aSpent),
+				ExpressionAttributeValues: values{":fc": num(job.Price - job.FromAllowance), ":fa": num(job.FromAllowance),
+					":price": num(job.Price)}}})
+		}
+		freeAt := -1
+		if job.State == store.JobAssigned && freeWorker {
+			freeAt = len(items)
+			items = append(items, s.freeItem(job.Worker, jobID, 0))
+		}
+		err := s.transact(ctx, items)
+		var tf *txFailed
+		if !errors.As(err, &tf) {
+			if err != nil {
+				return fail(err)
+			}
+			s.hints.setJob(next)
+			return next, nil
+		}
+		switch {
+		case tf.failed(0):
+			if job, err = s.oldJob(tf, 0); err != nil {
+				return fail(err)
+			}
+		case refundAt >= 0 && tf.failed(refundAt):
+			return fail(fmt.Errorf("account %s: %w", job.AccountID, store.ErrNotFound))
+		case freeAt >= 0 && tf.failed(freeAt):
+			freeWorker = false
+		}
+		if try >= maxStaleRetries {
+			return fail(fmt.Errorf("job keeps changing: %w", store.ErrConflict))
+		}
+	}
+}

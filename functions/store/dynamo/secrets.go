@@ -1,0 +1,272 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/schema"
+)
+
+// secretKind is one namespace of secrets: API keys or worker tokens.
+type secretKind struct {
+	name   string
+	prefix string // partition prefix of the hash item, sort prefix in the account
+	// workers says revoking finds the live worker connections.
+	workers bool
+}
+
+var (
+	apiKeys      = secretKind{name: "api key", prefix: "KEY#"}
+	workerTokens = secretKind{name: "worker token", prefix: "TOKEN#", workers: true}
+)
+
+func (k secretKind) hashKey(hash string) key { return key{k.prefix + hash, "SECRET"} }
+
+func (k secretKind) indexKey(s store.Secret) key {
+	return key{pAccount + s.AccountID, k.prefix + timeKey(s.CreatedAt) + "#" + s.Hash}
+}
+
+func (k secretKind) countKey(account string) key {
+	return key{pAccount + account, sKeyCount + k.prefix}
+}
+
+// PutAPIKey implements store.Store.
+func (s *Store) PutAPIKey(ctx context.Context, sec store.Secret) error {
+	return s.putSecret(ctx, apiKeys, sec)
+}
+
+// GetAPIKey implements store.Store.
+func (s *Store) GetAPIKey(ctx context.Context, hash string) (store.Secret, error) {
+	return s.getSecret(ctx, apiKeys, hash)
+}
+
+// ListAPIKeys implements store.Store.
+func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]store.Secret, error) {
+	return s.listSecrets(ctx, apiKeys, accountID)
+}
+
+// RevokeAPIKey implements store.Store.
+func (s *Store) RevokeAPIKey(ctx context.Context, accountID, id string, at time.Time) error {
+	_, err := s.revokeSecret(ctx, apiKeys, accountID, id, at)
+	return err
+}
+
+// PutWorkerToken implements store.Store.
+func (s *Store) PutWorkerToken(ctx context.Context, sec store.Secret) error {
+	return s.putSecret(ctx, workerTokens, sec)
+}
+
+// GetWorkerToken implements store.Store.
+func (s *Store) GetWorkerToken(ctx context.Context, hash string) (store.Secret, error) {
+	return s.getSecret(ctx, workerTokens, hash)
+}
+
+// ListWorkerTokens implements store.Store.
+func (s *Store) ListWorkerTokens(ctx context.Context, accountID string) ([]store.Secret, error) {
+	return s.listSecrets(ctx, workerTokens, accountID)
+}
+
+// RevokeWorkerToken implements store.Store. Like the embedded store it
+// returns the live connections even when the token was already revoked.
+func (s *Store) RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) ([]string, error) {
+	return s.revokeSecret(ctx, workerTokens, accountID, id, at)
+}
+
+// putSecret writes the hash item, the account's index item and, for an
+// active secret, the account's active count (capped at MaxActiveKeys) in
+// one transaction.
+func (s *Store) putSecret(ctx context.Context, kind secretKind, sec store.Secret) error {
+	if sec.Hash == "" || sec.AccountID == "" {
+		return fmt.Errorf("dynamo: put %s: empty hash or account", kind.name)
+	}
+	byHash, err := marshal(toSecretItem(kind.hashKey(sec.Hash), sec))
+	if err != nil {
+		return err
+	}
+	inAccount, err := marshal(toSecretItem(kind.indexKey(sec), sec))
+	if err != nil {
+		return err
+	}
+	items := []types.TransactWriteItem{
+		{Put: &types.Put{TableName: s.tableName(), Item: byHash, ConditionExpression: notExists}},
+		{Put: &types.Put{TableName: s.tableName(), Item: inAccount}},
+	}
+	if sec.Active() {
+		items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(),
+			Key:                                 kind.countKey(sec.AccountID).av(),
+			UpdateExpression:                    aws.String("SET #active = if_not_exists(#active, :zero) + :one"),
+			ConditionExpression:                 aws.String("attribute_not_exists(#active) OR #active < :max"),
+			ExpressionAttributeNames:            names(aActive),
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":zero": num(0), ":one": num(1), ":max": num(store.MaxActiveKeys)},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+	}
+	err = s.transact(ctx, items)
+	var tf *txFailed
+	switch {
+	case errors.As(err, &tf) && tf.failed(0):
+		err = store.ErrExists
+	case errors.As(err, &tf) && tf.failed(2):
+		var c struct {
+			Active int64 `dynamodbav:"active"`
+		}
+		_ = unmarshal(tf.old(2), &c) // for the message only
+		err = fmt.Errorf("%d active: %w", c.Active, store.ErrLimit)
+	}
+	if err != nil {
+		return fmt.Errorf("dynamo: put %s %s for %s: %w", kind.name, sec.ID, sec.AccountID, err)
+	}
+	return nil
+}
+
+func (s *Store) getSecret(ctx context.Context, kind secretKind, hash string) (store.Secret, error) {
+	var it secretItem
+	if err := s.get(ctx, kind.hashKey(hash), &it); err != nil {
+		return store.Secret{}, fmt.Errorf("dynamo: get %s: %w", kind.name, err)
+	}
+	return it.secret(), nil
+}
+
+func (s *Store) listSecrets(ctx context.Context, kind secretKind, accountID string) ([]store.Secret, error) {
+	var out []store.Secret
+	err := s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :prefix)"),
+		ExpressionAttributeNames:  names(schema.PK, schema.SK),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": str(pAccount + accountID), ":prefix": str(kind.prefix)},
+		ConsistentRead:            aws.Bool(true),
+	}, func(item map[string]types.AttributeValue) error {
+		var it secretItem
+		if err := unmarshal(item, &it); err != nil {
+			return err
+		}
+		out = append(out, it.secret())
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamo: list %ss of %s: %w", kind.name, accountID, err)
+	}
+	return out, nil
+}
+
+// query runs q on the table (or its index, if q names one) and calls fn for
+// every item on every page.
+func (s *Store) query(ctx context.Context, q *dynamodb.QueryInput, fn func(map[string]types.AttributeValue) error) error {
+	q.TableName = s.tableName()
+	p := dynamodb.NewQueryPaginator(s.db, q)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, item := range page.Items {
+			if err := fn(item); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// revokeSecret revokes the account's secrets with public id, each in its
+// own transaction (hash item, index item, active count). A crash between two
+// of them leaves the rest active; the retry the caller makes revokes them.
+func (s *Store) revokeSecret(ctx context.Context, kind secretKind, accountID, id string, at time.Time) ([]string, error) {
+	if at.IsZero() {
+		return nil, fmt.Errorf("dynamo: revoke %s %s: zero time", kind.name, id)
+	}
+	fail := func(err error) ([]string, error) {
+		return nil, fmt.Errorf("dynamo: revoke %s %s of %s: %w", kind.name, id, accountID, err)
+	}
+	mine, err := s.listSecrets(ctx, kind, accountID)
+	if err != nil {
+		return fail(err)
+	}
+	var hashes []string
+	for _, sec := range mine {
+		if sec.ID != id {
+			continue
+		}
+		hashes = append(hashes, sec.Hash)
+		if !sec.Active() {
+			continue // revoking twice keeps the first time
+		}
+		set := func(k key, cond string) types.TransactWriteItem {
+			return types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: k.av(),
+				UpdateExpression:          aws.String("SET #revoked = :at"),
+				ConditionExpression:       aws.String(cond),
+				ExpressionAttributeNames:  names(aRevoked),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":at": num(nanos(at))}}}
+		}
+		err := s.transact(ctx, []types.TransactWriteItem{
+			set(kind.hashKey(sec.Hash), "attribute_exists(pk) AND attribute_not_exists(#revoked)"),
+			set(kind.indexKey(sec), "attribute_exists(pk)"),
+			{Update: &types.Update{TableName: s.tableName(), Key: kind.countKey(accountID).av(),
+				UpdateExpression:          aws.String("SET #active = #active - :one"),
+				ConditionExpression:       aws.String("#active > :zero"),
+				ExpressionAttributeNames:  names(aActive),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":zero": num(0), ":one": num(1)}}},
+		})
+		var tf *txFailed
+		if errors.As(err, &tf) && tf.failed(0) {
+			continue // revoked meanwhile by another call
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if len(hashes) == 0 {
+		return fail(store.ErrNotFound)
+	}
+	if !kind.workers {
+		return nil, nil
+	}
+	var conns []string
+	for _, h := range hashes {
+		err := s.query(ctx, &dynamodb.QueryInput{
+			KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :prefix)"),
+			ExpressionAttributeNames:  names(schema.PK, schema.SK),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": str(kind.hashKey(h).PK), ":prefix": str(sConn)},
+			ConsistentRead:            aws.Bool(true),
+		}, func(item map[string]types.AttributeValue) error {
+			var k key
+			if err := unmarshal(item, &k); err != nil {
+				return err
+			}
+			conns = append(conns, k.SK[len(sConn):])
+			return nil
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	return conns, nil
+}
+
+// UseNonce implements store.Store: one conditional put that succeeds when
+// the nonce is new or its previous use expired. DynamoDB's TTL deletes
+// expired nonces in the background; the condition does not rely on it.
+func (s *Store) UseNonce(ctx context.Context, nonce string, expires time.Time) error {
+	if nonce == "" {
+		return errors.New("dynamo: use nonce: empty nonce")
+	}
+	item := nonceKey(nonce).av()
+	item[aExpires] = num(expires.UnixNano())
+	item[schema.TTL] = num(ttl(expires) + 1)
+	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: s.tableName(), Item: item,
+		ConditionExpression:       aws.String("attribute_not_exists(pk) OR #expires <= :now"),
+		ExpressionAttributeNames:  names(aExpires),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(s.now().UnixNano())}})
+	if isConditionFailed(err) {
+		err = store.ErrExists
+	}
+	if err != nil {
+		return fmt.Errorf("dynamo: use nonce: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/schema"
+)
+
+// Stats implements store.Store. Live workers and queued jobs come from one
+// scan of the index, which holds only those (it is sparse); the totals are
+// the sum of the counter shards, read in one batch.
+func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
+	st := store.Stats{WorkersByModel: map[string]int64{}, QueueByModel: map[string]int64{}}
+	fail := func(err error) (store.Stats, error) { return store.Stats{}, fmt.Errorf("dynamo: stats: %w", err) }
+	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{TableName: s.tableName(), IndexName: aws.String(schema.Index)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		for _, item := range page.Items {
+			var head struct {
+				GPK string `dynamodbav:"gpk"`
+			}
+			if err := unmarshal(item, &head); err != nil {
+				return fail(err)
+			}
+			switch {
+			case strings.HasPrefix(head.GPK, gWorker):
+				var it workerItem
+				if err := unmarshal(item, &it); err != nil {
+					return fail(err)
+				}
+				if it.Registered {
+					for _, m := range it.Models {
+						st.WorkersByModel[m]++
+					}
+				}
+			case strings.HasPrefix(head.GPK, gQueue):
+				var it jobItem
+				if err := unmarshal(item, &it); err != nil {
+					return fail(err)
+				}
+				if it.State == string(store.JobQueued) {
+					st.QueueByModel[it.Model]++
+				}
+			}
+		}
+	}
+	lastFull := sMinute + timeKey(now.Truncate(time.Minute).Add(-time.Minute))
+	var keys []map[string]types.AttributeValue
+	for i := range statShards {
+		p := fmt.Sprintf("%s%d", pStats, i)
+		keys = append(keys, key{p, sTotal}.av(), key{p, lastFull}.av())
+	}
+	// A batch may come back partly processed under load: ask again for
+	// the rest until none is left.
+	req := map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+	for len(req) > 0 {
+		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		if err != nil {
+			return fail(err)
+		}
+		for _, item := range out.Responses[s.table] {
+			var c struct {
+				SK     string `dynamodbav:"sk"`
+				Jobs   int64  `dynamodbav:"jobs"`
+				Tokens int64  `dynamodbav:"tokens"`
+			}
+			if err := unmarshal(item, &c); err != nil {
+				return fail(err)
+			}
+			if c.SK == sTotal {
+				st.JobsCompleted += c.Jobs
+				st.TokensServed += c.Tokens
+			} else {
+				st.TokensLastMinute += c.Tokens
+			}
+		}
+		req = out.UnprocessedKeys
+	}
+	return st, nil
+}
