@@ -44,6 +44,8 @@ type Store interface {
 type Dispatcher interface {
 	Assign(ctx context.Context, job store.Job) (store.Job, bool, error)
 	Dispatch(ctx context.Context, models []string) (int, error)
+	// Released says a worker that Assign gave a job to is idle again.
+	Released(conn string, milliTokPerSec int64)
 }
 
 // Connections posts to and closes relay connections.
@@ -106,6 +108,7 @@ type Server struct {
 	log      *slog.Logger
 	now      func() time.Time
 	mux      *http.ServeMux
+	keys     keyCache
 }
 
 // Config wires a Server. Every field but Now is required.
@@ -140,7 +143,7 @@ func New(cfg Config) (*Server, error) {
 		s.now = time.Now
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/chat/completions", s.authed(s.chat))
+	mux.Handle("POST /v1/chat/completions", s.authedCached(s.chat))
 	mux.Handle("GET /v1/models", handler(s.models))
 	mux.Handle("GET /v1/models/{id...}", handler(s.model))
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
@@ -184,13 +187,26 @@ type principal struct {
 type principalKey struct{}
 
 // authed checks the bearer API key before the handler runs.
-func (s *Server) authed(next handler) http.Handler {
+func (s *Server) authed(next handler) http.Handler { return s.auth(next, false) }
+
+// authedCached is authed for a handler that checks the key again itself,
+// atomically with what it does (chat: Admit): a key seen active within
+// keyCacheTTL skips the lookup, which saves the hot path a round trip.
+func (s *Server) authedCached(next handler) http.Handler { return s.auth(next, true) }
+
+func (s *Server) auth(next handler, cached bool) http.Handler {
 	return handler(func(w http.ResponseWriter, r *http.Request) error {
 		token := credential.Bearer(r.Header.Get("Authorization"))
 		if !credential.WellFormed(credential.APIKeyPrefix, token) {
 			return oaiwire.ErrInvalidKey
 		}
 		hash := credential.Hash(token)
+		if cached {
+			if account, ok := s.keys.get(hash, s.now()); ok {
+				ctx := context.WithValue(r.Context(), principalKey{}, principal{account: account, keyHash: hash})
+				return next(w, r.WithContext(ctx))
+			}
+		}
 		key, err := s.store.GetAPIKey(r.Context(), hash)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -198,8 +214,10 @@ func (s *Server) authed(next handler) http.Handler {
 		case err != nil:
 			return err
 		case !key.Active():
+			s.keys.evict(hash)
 			return oaiwire.ErrInvalidKey
 		}
+		s.keys.put(hash, key.AccountID, s.now())
 		ctx := context.WithValue(r.Context(), principalKey{}, principal{account: key.AccountID, keyHash: hash})
 		return next(w, r.WithContext(ctx))
 	})

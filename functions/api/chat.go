@@ -59,6 +59,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, store.ErrInsufficientCredits):
 		return oaiwire.ErrInsufficientQuota
 	case errors.Is(err, store.ErrRevoked), errors.Is(err, store.ErrNotFound):
+		s.keys.evict(p.keyHash)
 		return oaiwire.ErrInvalidKey
 	case err != nil:
 		return fmt.Errorf("admit: %w", err)
@@ -366,6 +367,7 @@ func (j *jobRun) complete(m *relaymsg.Done) {
 		s.log.Error("complete job", "job", j.job.ID, "err", err)
 		return
 	}
+	s.dispatch.Released(j.worker, c.MilliTokPerSec)
 	go s.dispatchWorker(j.worker, j.model.ID)
 }
 

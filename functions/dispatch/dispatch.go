@@ -50,6 +50,7 @@ type Dispatcher struct {
 	log   *slog.Logger
 	// pick returns a number in [0, n); weighted choice draws from it.
 	pick func(n int64) int64
+	idle idleCache
 }
 
 // New makes a Dispatcher.
@@ -61,28 +62,39 @@ func New(s Store, p Poster, log *slog.Logger) *Dispatcher {
 // measured speed. ok is false when no eligible worker is idle: the job stays
 // queued for the next dispatch. err is only for store failures.
 //
-// Under a burst many dispatchers draw from the same idle list; a lost claim
-// means another job got that worker, so the loser tries the rest and then
-// a fresh list, and gives up only when no idle worker is left (or after
-// maxClaimTries, when the queue's own dispatch takes over).
+// The idle list comes from this dispatcher's cache when it is fresh (see
+// idleTTL), else from the store. Under a burst many dispatchers draw from
+// the same idle list; a lost claim means another job got that worker, so the
+// loser tries the rest and then a list read from the store, and gives up
+// only when no idle worker is left (or after maxClaimTries, when the queue's
+// own dispatch takes over).
 func (d *Dispatcher) Assign(ctx context.Context, job store.Job) (assigned store.Job, ok bool, err error) {
-	var workers []store.Worker
+	workers := d.idle.take(job.Model, d.now())
+	fresh := false
 	for try := 0; try < maxClaimTries; try++ {
 		if len(workers) == 0 {
+			if fresh {
+				return store.Job{}, false, nil
+			}
 			if workers, err = d.store.IdleWorkers(ctx, job.Model); err != nil {
 				return store.Job{}, false, fmt.Errorf("dispatch: idle workers for %s: %w", job.Model, err)
 			}
+			fresh = true
+			d.idle.set(job.Model, workers, d.now())
 			if len(workers) == 0 {
 				return store.Job{}, false, nil
 			}
 		}
 		i := d.choose(workers)
-		assigned, err = d.store.Assign(ctx, job.ID, workers[i].Conn, d.now())
+		w := workers[i]
+		assigned, err = d.store.Assign(ctx, job.ID, w.Conn, d.now())
 		switch {
 		case err == nil:
+			d.idle.drop(w, true)
 			return assigned, true, nil
 		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 			// Someone else won this worker, or the job: look at what is left.
+			d.idle.drop(w, false)
 			if j, gerr := d.jobState(ctx, job.ID); gerr == nil && j != store.JobQueued {
 				return store.Job{}, false, nil
 			}
@@ -92,6 +104,13 @@ func (d *Dispatcher) Assign(ctx context.Context, job store.Job) (assigned store.
 		}
 	}
 	return store.Job{}, false, nil
+}
+
+// Released tells the dispatcher that a worker it assigned a job to is idle
+// again (the job completed, with the speed measured, or 0), so the next
+// request can pick it without reading the store.
+func (d *Dispatcher) Released(conn string, milliTokPerSec int64) {
+	d.idle.release(conn, milliTokPerSec)
 }
 
 // jobState re-reads a job when a claim fails: it tells "the job is taken"

@@ -1,5 +1,6 @@
 // Command c0mpute-dev runs a whole c0mpute network on one machine: the
-// gateway API, the relay, the embedded store and a workerd in front of the
+// gateway API, the relay, the embedded store (or DynamoDB, with
+// C0MPUTE_STORE=dynamodb) and a workerd in front of the
 // local Ollama. scripts/dev builds and starts it; see the README.
 //
 // It is idempotent: state lives in $C0MPUTE_HOME (default .c0mpute/ in the
@@ -28,8 +29,10 @@ import (
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
+	"github.com/c0mpute/c0mpute/infra/schema"
 	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/config"
 )
@@ -66,14 +69,14 @@ func run() error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	st, err := embedded.Open(filepath.Join(home, "c0mpute.db"))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	st, where, err := openStore(ctx, home)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 
 	ollamaModels, ollamaErr := listOllama(ctx, ollamaURL)
 	models := catalog.Default()
@@ -95,7 +98,7 @@ func run() error {
 		return err
 	}
 	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s\n  store   %s\n\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
-		stack.APIURL, stack.RelayURL, filepath.Join(home, "c0mpute.db"), lines, envFile)
+		stack.APIURL, stack.RelayURL, where, lines, envFile)
 	if ollamaErr != nil {
 		fmt.Printf("No inference backend reachable: Ollama at %s: %v\n"+
 			"  Start one so the worker can serve:  ollama serve   and   ollama pull llama3.2\n"+
@@ -130,6 +133,37 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// openStore opens the store C0MPUTE_STORE names: "embedded" (the default,
+// a file in home) or "dynamodb" (the table C0MPUTE_DYNAMODB_TABLE at
+// C0MPUTE_DYNAMODB_ENDPOINT, or in AWS through the usual configuration
+// chain; created if missing). where describes it for the start-up message.
+func openStore(ctx context.Context, home string) (st store.Store, where string, err error) {
+	switch kind := env("C0MPUTE_STORE", "embedded"); kind {
+	case "embedded":
+		path := filepath.Join(home, "c0mpute.db")
+		st, err := embedded.Open(path)
+		return st, path, err
+	case "dynamodb":
+		cfg := dynamo.ConfigFromEnv()
+		ds, err := dynamo.Open(ctx, cfg)
+		if err != nil {
+			return nil, "", err
+		}
+		// The relay starts now, so no connection from a previous run
+		// exists: forget them as the embedded store does on open.
+		if err := ds.ResetConnections(ctx, "gateway_restart", time.Now()); err != nil {
+			return nil, "", err
+		}
+		where = "DynamoDB table " + env(dynamo.EnvTable, schema.DefaultTable)
+		if cfg.Endpoint != "" {
+			where += " at " + cfg.Endpoint
+		}
+		return ds, where, nil
+	default:
+		return nil, "", fmt.Errorf("C0MPUTE_STORE is %q: want embedded or dynamodb", kind)
+	}
 }
 
 // devCredentials makes (once) the dev account with its credits, and reuses

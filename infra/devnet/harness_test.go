@@ -68,11 +68,16 @@ type envOptions struct {
 	credits int64
 	limits  *api.Limits
 	models  []catalog.Model
+	// store, if set, is the store to run on instead of openStore's.
+	store store.Store
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
-	st := openStore(t)
+	st := o.store
+	if st == nil {
+		st = openStore(t)
+	}
 	limits := api.DefaultLimits()
 	if o.limits != nil {
 		limits = *o.limits

@@ -9,11 +9,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 	"github.com/c0mpute/c0mpute/infra/schema"
@@ -67,4 +70,96 @@ func Store(t testing.TB, opts ...dynamo.Option) *dynamo.Store {
 	t.Helper()
 	c := Client(t)
 	return dynamo.New(c, Table(t, c), opts...)
+}
+
+// Counting is a DynamoDB client that counts the calls made through it, by
+// operation and the partition key prefix (or index) they touch, for tests
+// that count round trips.
+type Counting struct {
+	*dynamodb.Client
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// NewCounting wraps c.
+func NewCounting(c *dynamodb.Client) *Counting { return &Counting{Client: c, counts: map[string]int{}} }
+
+func (c *Counting) add(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[op]++
+}
+
+// Take returns the counts since the last Take and resets them.
+func (c *Counting) Take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.counts
+	c.counts = map[string]int{}
+	return out
+}
+
+// target names what a call touched: the item kind of its key ("JOB", from
+// "JOB#…") or its index.
+func target(key map[string]types.AttributeValue, index *string) string {
+	if index != nil {
+		return "index"
+	}
+	if pk, ok := key[schema.PK].(*types.AttributeValueMemberS); ok {
+		kind, _, _ := strings.Cut(pk.Value, "#")
+		return kind
+	}
+	return "?"
+}
+
+// GetItem counts and forwards.
+func (c *Counting) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.add("GetItem " + target(in.Key, nil))
+	return c.Client.GetItem(ctx, in, o...)
+}
+
+// PutItem counts and forwards.
+func (c *Counting) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	c.add("PutItem " + target(in.Item, nil))
+	return c.Client.PutItem(ctx, in, o...)
+}
+
+// UpdateItem counts and forwards.
+func (c *Counting) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c.add("UpdateItem " + target(in.Key, nil))
+	return c.Client.UpdateItem(ctx, in, o...)
+}
+
+// DeleteItem counts and forwards.
+func (c *Counting) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	c.add("DeleteItem " + target(in.Key, nil))
+	return c.Client.DeleteItem(ctx, in, o...)
+}
+
+// Query counts and forwards.
+func (c *Counting) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	op := "Query table"
+	if in.IndexName != nil {
+		op = "Query index"
+	}
+	c.add(op)
+	return c.Client.Query(ctx, in, o...)
+}
+
+// Scan counts and forwards.
+func (c *Counting) Scan(ctx context.Context, in *dynamodb.ScanInput, o ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	c.add("Scan")
+	return c.Client.Scan(ctx, in, o...)
+}
+
+// BatchGetItem counts and forwards.
+func (c *Counting) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	c.add("BatchGetItem")
+	return c.Client.BatchGetItem(ctx, in, o...)
+}
+
+// TransactWriteItems counts and forwards.
+func (c *Counting) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.add("TransactWriteItems")
+	return c.Client.TransactWriteItems(ctx, in, o...)
 }

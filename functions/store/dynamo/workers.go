@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -276,6 +278,56 @@ func (s *Store) DeleteListener(ctx context.Context, conn string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("dynamo: delete listener %s: %w", conn, err)
+	}
+	return nil
+}
+
+// ResetConnections is for a gateway whose relay just started, so that no
+// connection from before exists: the dev runner on DynamoDB. It deletes
+// every worker and listener record and fails, with a refund, every job left
+// queued or assigned (their prompts lived in the memory of the process that
+// stopped). It scans the whole table; never call it in AWS, where relay
+// connections outlive any one function instance.
+func (s *Store) ResetConnections(ctx context.Context, reason string, now time.Time) error {
+	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{TableName: s.tableName(),
+		FilterExpression:          aws.String("begins_with(pk, :w) OR begins_with(pk, :l) OR (begins_with(pk, :j) AND (#state = :queued OR #state = :assigned))"),
+		ExpressionAttributeNames:  names(aState),
+		ExpressionAttributeValues: values{":w": str(pWorker), ":l": str(pListener), ":j": str(pJob), ":queued": str(string(store.JobQueued)), ":assigned": str(string(store.JobAssigned))},
+		ConsistentRead:            aws.Bool(true)})
+	var jobs []string
+	var stale []key
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("dynamo: reset connections: %w", err)
+		}
+		for _, item := range page.Items {
+			var k key
+			if err := unmarshal(item, &k); err != nil {
+				return err
+			}
+			if strings.HasPrefix(k.PK, pJob) {
+				jobs = append(jobs, strings.TrimPrefix(k.PK, pJob))
+			} else {
+				stale = append(stale, k)
+			}
+		}
+	}
+	for _, id := range jobs {
+		if _, err := s.Fail(ctx, id, reason, true, now); err != nil && !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("dynamo: reset connections: %w", err)
+		}
+	}
+	for _, k := range stale {
+		if strings.HasPrefix(k.PK, pWorker) {
+			if _, err := s.DeleteWorker(ctx, strings.TrimPrefix(k.PK, pWorker)); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("dynamo: reset connections: %w", err)
+			}
+			continue
+		}
+		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.tableName(), Key: k.av()}); err != nil {
+			return fmt.Errorf("dynamo: reset connections: %w", err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,94 @@
+package dispatch
+
+import (
+	"sync"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// idleTTL is how long a list of idle workers read from the store is reused
+// before it is read again. The list is a hint: Assign's conditional write in
+// the store is the truth, a worker taken meanwhile costs one lost claim, and
+// an exhausted list is always read again before a job is left queued. What
+// the TTL bounds is how long a newly registered worker, or a changed speed,
+// goes unseen by this dispatcher — and it saves the hot path a store read
+// per request.
+const idleTTL = 5 * time.Second
+
+// idleCache is this dispatcher's view of which workers are idle, per model.
+type idleCache struct {
+	mu      sync.Mutex
+	byModel map[string]*idleList
+	// lent are workers this dispatcher assigned a job to, kept so that
+	// Released can put them back without a store read.
+	lent map[string]store.Worker
+}
+
+type idleList struct {
+	workers []store.Worker
+	read    time.Time
+}
+
+// take returns a copy of the cached idle list for model, or nil if there is
+// none younger than idleTTL.
+func (c *idleCache) take(model string, now time.Time) []store.Worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.byModel[model]
+	if l == nil || now.Sub(l.read) > idleTTL {
+		return nil
+	}
+	return append([]store.Worker(nil), l.workers...)
+}
+
+// set caches a list just read from the store.
+func (c *idleCache) set(model string, ws []store.Worker, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byModel == nil {
+		c.byModel = map[string]*idleList{}
+	}
+	c.byModel[model] = &idleList{workers: append([]store.Worker(nil), ws...), read: now}
+}
+
+// drop removes a worker from every list: it was taken, by us or another
+// dispatcher. assigned says we took it, so it is remembered for Released.
+func (c *idleCache) drop(w store.Worker, assigned bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.byModel {
+		for i := 0; i < len(l.workers); i++ {
+			if l.workers[i].Conn == w.Conn {
+				l.workers = append(l.workers[:i], l.workers[i+1:]...)
+				i--
+			}
+		}
+	}
+	if assigned {
+		if c.lent == nil || len(c.lent) > 100_000 {
+			c.lent = map[string]store.Worker{}
+		}
+		c.lent[w.Conn] = w
+	}
+}
+
+// release puts back a worker we lent out, with its new speed, in the lists
+// of its models that are still fresh.
+func (c *idleCache) release(conn string, milliTokPerSec int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.lent[conn]
+	if !ok {
+		return
+	}
+	delete(c.lent, conn)
+	if milliTokPerSec > 0 {
+		w.MilliTokPerSec = milliTokPerSec
+	}
+	for _, m := range w.Models {
+		if l := c.byModel[m]; l != nil {
+			l.workers = append(l.workers, w)
+		}
+	}
+}
