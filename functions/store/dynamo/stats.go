@@ -64,7 +64,13 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 	// A batch may come back partly processed under load: ask again for
 	// the rest until none is left.
 	req := map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-	for len(req) > 0 {
+	wait := conflictBaseWait
+	for try := 0; len(req) > 0; try++ {
+		if try > 0 {
+			if err := sleep(ctx, &wait); err != nil {
+				return fail(err)
+			}
+		}
 		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 		if err != nil {
 			return fail(err)

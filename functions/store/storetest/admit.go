@@ -194,13 +194,14 @@ var admitTests = []test{
 	}},
 	{"ConcurrentBalance", func(t *testing.T, f *fixture) {
 		key := f.payer("a1", 70, 0)
-		errs := race(200, func(i int) error {
-			_, err := f.s.Admit(f.ctx, request(key, fmt.Sprintf("j%03d", i), "m1", 7, at(i)))
+		// 1,000 debits race for a balance that pays for 10.
+		errs := race(1000, func(i int) error {
+			_, err := f.s.Admit(f.ctx, request(key, fmt.Sprintf("j%04d", i), "m1", 7, at(i)))
 			return err
 		})
 		ok, by := tally(t, errs, store.ErrInsufficientCredits)
-		if ok != 10 || by[store.ErrInsufficientCredits] != 190 {
-			t.Errorf("%d admitted, %d ErrInsufficientCredits; want 10, 190", ok, by[store.ErrInsufficientCredits])
+		if ok != 10 || by[store.ErrInsufficientCredits] != 990 {
+			t.Errorf("%d admitted, %d ErrInsufficientCredits; want 10, 990", ok, by[store.ErrInsufficientCredits])
 		}
 		if a := f.getAccount("a1"); a.Credits != 0 || a.TotalSpent != 70 {
 			t.Errorf("credits %d, spent %d; want 0, 70", a.Credits, a.TotalSpent)

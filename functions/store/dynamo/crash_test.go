@@ -1,0 +1,209 @@
+package dynamo_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/functions/store/dynamo"
+	"github.com/c0mpute/c0mpute/infra/dynamotest"
+)
+
+// errCrash is what the fault injector returns in place of the process dying.
+var errCrash = errors.New("injected crash")
+
+// crashing is a client that "crashes" at its n-th write: before sending it
+// (the write never happens) or after (it happened, but its reply is lost,
+// like a process killed while waiting). Every later call fails too, as
+// nothing runs after a crash.
+type crashing struct {
+	*dynamodb.Client
+	at     int64 // the write to crash at, from 1; 0 never
+	after  bool  // crash after the write reached the database
+	writes atomic.Int64
+}
+
+func (c *crashing) write(ctx context.Context, do func() error) error {
+	n := c.writes.Add(1)
+	switch {
+	case c.at == 0 || n < c.at:
+		return do()
+	case n == c.at && c.after:
+		if err := do(); err != nil {
+			return err
+		}
+		return errCrash
+	default:
+		return errCrash
+	}
+}
+
+func (c *crashing) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.PutItemOutput, err error) {
+	err = c.write(ctx, func() (e error) { out, e = c.Client.PutItem(ctx, in, o...); return e })
+	return out, err
+}
+
+func (c *crashing) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.UpdateItemOutput, err error) {
+	err = c.write(ctx, func() (e error) { out, e = c.Client.UpdateItem(ctx, in, o...); return e })
+	return out, err
+}
+
+func (c *crashing) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (out *dynamodb.DeleteItemOutput, err error) {
+	err = c.write(ctx, func() (e error) { out, e = c.Client.DeleteItem(ctx, in, o...); return e })
+	return out, err
+}
+
+func (c *crashing) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (out *dynamodb.TransactWriteItemsOutput, err error) {
+	err = c.write(ctx, func() (e error) { out, e = c.Client.TransactWriteItems(ctx, in, o...); return e })
+	return out, err
+}
+
+var (
+	t0  = time.Date(2031, 3, 14, 12, 0, 0, 0, time.UTC)
+	bg  = context.Background()
+	req = func(id string) store.AdmitRequest {
+		return store.AdmitRequest{KeyHash: "kh", Window: t0.Truncate(time.Minute), Limit: 100,
+			Job: store.Job{ID: id, Model: "m", Price: 10, Listener: "l1", Created: t0}}
+	}
+)
+
+// seed is the state every operation starts from: a paying account with an
+// allowance and a key, a worker account with a token, two registered idle
+// workers, a queued job and a job assigned to w1.
+func seed(t *testing.T, s store.Store) {
+	t.Helper()
+	steps := []error{
+		s.CreateAccount(bg, store.Account{ID: "a", Credits: 100, FreeAllowanceLeft: 4, CreatedAt: t0}),
+		s.CreateAccount(bg, store.Account{ID: "wa", CreatedAt: t0}),
+		s.PutAPIKey(bg, store.Secret{Hash: "kh", ID: "k1", AccountID: "a", CreatedAt: t0}),
+		s.PutWorkerToken(bg, store.Secret{Hash: "th", ID: "t1", AccountID: "wa", CreatedAt: t0}),
+		s.PutWorker(bg, store.Worker{Conn: "w1", AccountID: "wa", TokenHash: "th", ConnectedAt: t0}),
+		s.PutWorker(bg, store.Worker{Conn: "w2", AccountID: "wa", TokenHash: "th", ConnectedAt: t0}),
+	}
+	for _, c := range []string{"w1", "w2"} {
+		_, err := s.RegisterWorker(bg, c, []string{"m"})
+		steps = append(steps, err)
+	}
+	_, err := s.Admit(bg, req("queued"))
+	steps = append(steps, err)
+	_, err = s.Admit(bg, req("running"))
+	steps = append(steps, err)
+	_, err = s.Assign(bg, "running", "w1", t0)
+	steps = append(steps, err)
+	if err := errors.Join(steps...); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+}
+
+// snapshot is every item of the table, in key order, as JSON.
+func snapshot(t *testing.T, c *dynamodb.Client, table string) []string {
+	t.Helper()
+	var out []string
+	p := dynamodb.NewScanPaginator(c, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(bg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, item := range page.Items {
+			var m map[string]any
+			if err := attributevalue.UnmarshalMap(item, &m); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(m) // maps marshal with sorted keys
+			out = append(out, string(b))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestCrashAtEveryWrite runs each multi-record operation, crashing at each
+// of its writes in turn (before the write, and after it with the reply
+// lost), then runs it again from a fresh process as a retry would. The
+// table must end exactly as after one clean run: no credit moved twice, no
+// state left half-changed. The retry may report that the work was done
+// already (ErrExists, ErrConflict); it must not do it again.
+func TestCrashAtEveryWrite(t *testing.T) {
+	c := dynamotest.Client(t)
+	clock := dynamo.WithClock(func() time.Time { return t0 })
+	ops := []struct {
+		name string
+		op   func(s store.Store) error
+	}{
+		{"Grant", func(s store.Store) error { _, err := s.Grant(bg, "a", 50, "deposit-sig-1", true); return err }},
+		{"Admit", func(s store.Store) error { _, err := s.Admit(bg, req("new")); return err }},
+		{"Assign", func(s store.Store) error { _, err := s.Assign(bg, "queued", "w2", t0.Add(time.Second)); return err }},
+		{"Requeue", func(s store.Store) error { _, err := s.Requeue(bg, "running", "w1", t0.Add(time.Second)); return err }},
+		{"Complete", func(s store.Store) error {
+			return s.Complete(bg, store.Completion{JobID: "running", Worker: "w1", PromptTokens: 5,
+				CompletionTokens: 20, MilliTokPerSec: 40_000, Earning: 7, At: t0.Add(time.Second)})
+		}},
+		{"FailRefund", func(s store.Store) error { _, err := s.Fail(bg, "running", "worker_lost", true, t0.Add(time.Second)); return err }},
+		{"FailQueued", func(s store.Store) error { _, err := s.Fail(bg, "queued", "queue_timeout", true, t0.Add(time.Second)); return err }},
+		{"PutAPIKey", func(s store.Store) error {
+			return s.PutAPIKey(bg, store.Secret{Hash: "kh2", ID: "k2", AccountID: "a", CreatedAt: t0.Add(time.Second)})
+		}},
+		{"RevokeAPIKey", func(s store.Store) error { return s.RevokeAPIKey(bg, "a", "k1", t0.Add(time.Second)) }},
+		{"RevokeWorkerToken", func(s store.Store) error {
+			_, err := s.RevokeWorkerToken(bg, "wa", "t1", t0.Add(time.Second))
+			return err
+		}},
+		{"PutWorker", func(s store.Store) error {
+			return s.PutWorker(bg, store.Worker{Conn: "w3", AccountID: "wa", TokenHash: "th", ConnectedAt: t0})
+		}},
+		{"DeleteWorker", func(s store.Store) error { _, err := s.DeleteWorker(bg, "w1"); return err }},
+		{"UseNonce", func(s store.Store) error { return s.UseNonce(bg, "n1", t0.Add(time.Minute)) }},
+	}
+	done := func(err error) bool {
+		return err == nil || errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrConflict)
+	}
+	for _, o := range ops {
+		t.Run(o.name, func(t *testing.T) {
+			// The reference: one clean run, counting its writes.
+			table := dynamotest.Table(t, c)
+			seed(t, dynamo.New(c, table, clock))
+			counter := &crashing{Client: c}
+			if err := o.op(dynamo.New(counter, table, clock)); err != nil {
+				t.Fatalf("clean run: %v", err)
+			}
+			want := snapshot(t, c, table)
+			writes := counter.writes.Load()
+			if writes == 0 {
+				t.Fatal("the operation wrote nothing")
+			}
+			for at := int64(1); at <= writes; at++ {
+				for _, after := range []bool{false, true} {
+					t.Run(fmt.Sprintf("write%d/after=%v", at, after), func(t *testing.T) {
+						table := dynamotest.Table(t, c)
+						seed(t, dynamo.New(c, table, clock))
+						err := o.op(dynamo.New(&crashing{Client: c, at: at, after: after}, table, clock))
+						if !errors.Is(err, errCrash) {
+							t.Fatalf("crashed run returned %v, want the crash", err)
+						}
+						err = o.op(dynamo.New(c, table, clock))
+						if o.name == "DeleteWorker" && errors.Is(err, store.ErrNotFound) {
+							err = nil // deleted by the crashed run
+						}
+						if !done(err) {
+							t.Fatalf("retry: %v", err)
+						}
+						if got := snapshot(t, c, table); !slices.Equal(got, want) {
+							t.Errorf("after crash and retry the table differs from one clean run:\n got  %v\n want %v", got, want)
+						}
+					})
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// The keeper's ledger: every on-chain transfer the keeper makes (staker
+// rewards, auto-compound stakes, worker payouts, buyback and burn) is
+// recorded with an idempotency key before it is signed, and its signature
+// is recorded before it is sent. A keeper that crashes anywhere re-runs the
+// same run from the ledger: a transfer holding a signature is resolved by
+// looking the signature up on-chain, never sent again blindly, so nobody is
+// paid twice.
+//
+// A run's life:
+//
+//	StartRun → ResetPlan, AddTransfers… → SealPlan → MarkSent/Settle… → FinishRun
+//
+// Until SealPlan the plan may be rebuilt from scratch (nothing was sent);
+// after it the plan is fixed and only transfer states move.
+
+// RunState is a keeper run's place in its life.
+type RunState string
+
+// Run states.
+const (
+	// RunPlanning: the plan is being written; nothing was sent.
+	RunPlanning RunState = "planning"
+	// RunSealed: the plan is complete and fixed; transfers are being sent.
+	RunSealed RunState = "sealed"
+	// RunDone: every transfer is settled and the carries are written.
+	RunDone RunState = "done"
+)
+
+// KeeperRun is one scheduled keeper run, e.g. the staker rewards of one
+// day. Its ID names the job and the day ("rewards/2026-11-29").
+type KeeperRun struct {
+	ID    string   `json:"id"`
+	State RunState `json:"state"`
+	// Transfers is the number of transfers SealPlan fixed.
+	Transfers int `json:"transfers"`
+	// Summary is a short machine-readable description of the plan (totals),
+	// for operators; never user text.
+	Summary   string    `json:"summary,omitempty"`
+	Created   time.Time `json:"created"`
+	Updated   time.Time `json:"updated"`
+	Completed time.Time `json:"completed,omitzero"`
+}
+
+// TransferState is a transfer's place in its life. Transitions:
+//
+//	planned → sent → confirmed
+//	               → failed
+//	          sent → sent       (re-signed after its blockhash expired unseen)
+type TransferState string
+
+// Transfer states.
+const (
+	TransferPlanned   TransferState = "planned"
+	TransferSent      TransferState = "sent"
+	TransferConfirmed TransferState = "confirmed"
+	TransferFailed    TransferState = "failed"
+)
+
+// Transfer is one on-chain movement of tokens the keeper owes. Amounts are
+// integer base units of Mint.
+type Transfer struct {
+	// Key is the idempotency key, unique across all runs
+	// ("rewards/2026-11-29/reward/<wallet>").
+	Key string `json:"key"`
+	Run string `json:"run"`
+	// Seq orders a run's transfers; RunTransfers returns them by Seq.
+	Seq int `json:"seq"`
+	// Kind says what the transfer is for: "reward", "compound", "payout",
+	// "buyback", "burn", ….
+	Kind      string        `json:"kind"`
+	Recipient string        `json:"recipient"`
+	Mint      string        `json:"mint"`
+	Amount    int64         `json:"amount"`
+	State     TransferState `json:"state"`
+	// Signature is the transaction the transfer was last sent in, recorded
+	// before the send; LastValidBlockHeight is its blockhash's, after which
+	// a transaction not found can never land.
+	Signature            string `json:"signature,omitempty"`
+	LastValidBlockHeight uint64 `json:"last_valid_block_height,omitempty"`
+	Attempts             int    `json:"attempts"`
+	// Reason is a short machine code for a failed transfer.
+	Reason  string    `json:"reason,omitempty"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+}
+
+// Ledger is the keeper's crash-safe record. Every method is one atomic
+// write (or read).
+type Ledger interface {
+	// StartRun stores r (State RunPlanning) unless a run with its ID
+	// exists, and returns the run as stored; created is false when it
+	// already existed.
+	StartRun(ctx context.Context, r KeeperRun) (stored KeeperRun, created bool, err error)
+	// GetRun returns a run; ErrNotFound.
+	GetRun(ctx context.Context, id string) (KeeperRun, error)
+	// ResetPlan deletes every transfer of a planning run, so that a plan
+	// interrupted half-written is rebuilt from scratch. ErrConflict if the
+	// run is sealed or done; ErrNotFound if it does not exist.
+	ResetPlan(ctx context.Context, run string) error
+	// AddTransfers stores planned transfers of a planning run (State
+	// TransferPlanned, Run set). ErrConflict if the run is sealed or done;
+	// ErrExists if a key is already stored (in this run or another): a
+	// key is never reused.
+	AddTransfers(ctx context.Context, run string, ts []Transfer, at time.Time) error
+	// SealPlan fixes the plan: ErrConflict unless the run is planning and
+	// holds exactly count transfers (a plan written only in part is never
+	// sealed). Sealing a sealed run with the same count is nil.
+	SealPlan(ctx context.Context, run string, count int, summary string, at time.Time) error
+	// RunTransfers lists a run's transfers by Seq.
+	RunTransfers(ctx context.Context, run string) ([]Transfer, error)
+	// MarkSent records, before the send, that the transfers keys go out in
+	// transaction sig, valid until lastValid. Each must be planned (prev
+	// "") or sent under prev; otherwise ErrConflict and nothing changes.
+	// The run must be sealed (ErrConflict).
+	MarkSent(ctx context.Context, keys []string, prev, sig string, lastValid uint64, at time.Time) error
+	// Settle marks transfers sent under sig as TransferConfirmed or
+	// TransferFailed (with reason). Settling again to the same state is
+	// nil; a transfer under another signature, or settled otherwise, is
+	// ErrConflict and nothing changes.
+	Settle(ctx context.Context, keys []string, sig string, state TransferState, reason string, at time.Time) error
+	// FinishRun marks a sealed run done and writes carries (name → value)
+	// in the same write, so a remainder is carried exactly once. Finishing
+	// a done run is nil and changes nothing.
+	FinishRun(ctx context.Context, run string, carries map[string]int64, at time.Time) error
+	// Carry returns a carried value, 0 if none was ever written.
+	Carry(ctx context.Context, name string) (int64, error)
+	// SetDailyAllowance sets an account's FreeAllowanceLeft to credits
+	// once per (account, day); applied is false when that day's allowance
+	// was already set, and nothing changes. ErrNotFound if the account
+	// does not exist.
+	SetDailyAllowance(ctx context.Context, accountID, day string, credits int64) (applied bool, err error)
+}
