@@ -149,8 +149,14 @@ func TestCrashAtEveryWrite(t *testing.T) {
 			return s.Complete(bg, store.Completion{JobID: "running", Worker: "w1", PromptTokens: 5,
 				CompletionTokens: 20, MilliTokPerSec: 40_000, Earning: 7, At: t0.Add(time.Second)})
 		}},
-		{"FailRefund", func(s store.Store) error { _, err := s.Fail(bg, "running", "worker_lost", true, t0.Add(time.Second)); return err }},
-		{"FailQueued", func(s store.Store) error { _, err := s.Fail(bg, "queued", "queue_timeout", true, t0.Add(time.Second)); return err }},
+		{"FailRefund", func(s store.Store) error {
+			_, err := s.Fail(bg, "running", "worker_lost", true, t0.Add(time.Second))
+			return err
+		}},
+		{"FailQueued", func(s store.Store) error {
+			_, err := s.Fail(bg, "queued", "queue_timeout", true, t0.Add(time.Second))
+			return err
+		}},
 		{"PutAPIKey", func(s store.Store) error {
 			return s.PutAPIKey(bg, store.Secret{Hash: "kh2", ID: "k2", AccountID: "a", CreatedAt: t0.Add(time.Second)})
 		}},
