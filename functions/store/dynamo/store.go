@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -154,8 +155,14 @@ func NewClient(ctx context.Context, c Config) (*dynamodb.Client, error) {
 			// Throttling and 5xx: exponential backoff with full jitter
 			// (the standard retryer), a few more attempts than the
 			// default because a throttled gateway is better slow than
-			// failing.
-			return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 6 })
+			// failing. No client-side retry quota: under a burst on one
+			// account it runs dry within a second and turns a short
+			// wait into failed requests; the backoff already spreads
+			// the retries.
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = 6
+				o.RateLimiter = ratelimit.None
+			})
 		}),
 	}
 	if c.Region != "" {
