@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -61,6 +62,9 @@ type conn struct {
 	born time.Time
 	jobs int // mailboxes addressed to this connection
 	dead bool
+	// seen is when the relay was last heard on this connection (a
+	// message or a pong), in Unix nanoseconds.
+	seen atomic.Int64
 }
 
 // Start dials the relay and keeps a connection up until Close.
@@ -149,8 +153,53 @@ func (l *Listener) dial(ctx context.Context) (*conn, error) {
 		return nil, fmt.Errorf("listener: expected welcome, got %T", m)
 	}
 	c := &conn{ws: ws, id: w.Conn, born: time.Now()}
+	c.seen.Store(time.Now().UnixNano())
 	go l.read(c)
 	return c, nil
+}
+
+// checkAfter is how long a connection may go unheard before Check pings it.
+// In Lambda the process is frozen between requests, with its heartbeats;
+// API Gateway closes a connection idle for 10 minutes, so a thawed instance
+// cannot assume its connection survived.
+const checkAfter = 30 * time.Second
+
+// Check makes sure the connection jobs will name is alive: one unheard for
+// checkAfter is pinged, and replaced at once if the ping fails. Call it at
+// the start of a request in a runtime that freezes idle processes (Lambda);
+// a long-running process needs no check, as its reader notices a dead
+// connection and maintain replaces it.
+func (l *Listener) Check(ctx context.Context) error {
+	l.mu.Lock()
+	c := l.current
+	l.mu.Unlock()
+	if c != nil && !c.dead && time.Since(time.Unix(0, c.seen.Load())) < checkAfter {
+		return nil
+	}
+	if c != nil && !c.dead {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.ws.Ping(pctx)
+		cancel()
+		if err == nil {
+			c.seen.Store(time.Now().UnixNano())
+			return nil
+		}
+		l.lose(c, fmt.Errorf("ping: %w", err))
+		c.ws.CloseNow()
+	}
+	next, err := l.dial(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	old := l.current
+	l.current = next
+	l.mu.Unlock()
+	l.cfg.Log.Info("relay listener reconnected", "conn", next.id)
+	if old != c { // maintain replaced it meanwhile: keep ours, retire theirs
+		l.retire(old)
+	}
+	return nil
 }
 
 // maintain replaces the current connection when it dies or ages, and
@@ -225,6 +274,7 @@ func (l *Listener) read(c *conn) {
 			l.lose(c, err)
 			return
 		}
+		c.seen.Store(time.Now().UnixNano())
 		m, err := relaymsg.Decode(b)
 		if err != nil {
 			l.cfg.Log.Warn("bad message from relay", "err", err)

@@ -124,6 +124,9 @@ func serve(srv *http.Server, ln net.Listener) error {
 	return nil
 }
 
+// Listener is the API's relay listener (tests drop its connection).
+func (s *Stack) Listener() *listener.Listener { return s.listener }
+
 // Errors reports a server that stopped on its own.
 func (s *Stack) Errors() <-chan error { return s.serveErrs }
 

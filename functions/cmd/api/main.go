@@ -1,0 +1,86 @@
+// Command api is the OpenAI-compatible API as an AWS Lambda function behind
+// a Function URL in RESPONSE_STREAM mode (API Gateway's HTTP APIs cannot
+// stream). Each instance joins the relay's WebSocket API as a listener, so
+// completions reach it from workers through memory only.
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambdaurl"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/connections"
+	"github.com/c0mpute/c0mpute/functions/dispatch"
+	"github.com/c0mpute/c0mpute/functions/lambdaenv"
+	"github.com/c0mpute/c0mpute/functions/listener"
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/store/dynamo"
+)
+
+func main() {
+	h, err := setup(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "api: cold start:", err)
+		os.Exit(1)
+	}
+	lambdaurl.Start(h)
+}
+
+func setup(ctx context.Context) (http.Handler, error) {
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := lambdaenv.LoadAPI(ctx, os.Getenv, secretsmanager.NewFromConfig(awsCfg))
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger()
+	db, err := dynamo.NewClient(ctx, dynamo.Config{Endpoint: cfg.DynamoEndpoint})
+	if err != nil {
+		return nil, err
+	}
+	st := dynamo.New(db, cfg.Table)
+	cat, err := catalog.New(catalog.Default())
+	if err != nil {
+		return nil, err
+	}
+	conns := connections.New(apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = &cfg.ConnectionsURL
+		o.RetryMaxAttempts = 1 // our protocol retries (requeue, refund); SDK retries would only delay a Gone
+	}))
+	lis, err := listener.Start(ctx, listener.Config{URL: cfg.RelayURL, Secret: cfg.ListenerSecret, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	limits := api.DefaultLimits()
+	if cfg.RatePerMinute > 0 {
+		limits.RatePerMinute = cfg.RatePerMinute
+	}
+	if cfg.WorkerSharePercent > 0 {
+		limits.WorkerSharePercent = cfg.WorkerSharePercent
+	}
+	a, err := api.New(api.Config{Store: st, Dispatcher: dispatch.New(st, conns, log), Connections: conns,
+		Relay: lis, Catalog: cat, Limits: limits, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	// Lambda freezes the instance between requests, heartbeats included:
+	// make sure the listener connection survived before a job names it.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := lis.Check(r.Context()); err != nil {
+			log.Error("relay listener unavailable", "err", err)
+			oaiwire.WriteError(w, oaiwire.ErrNoWorker)
+			return
+		}
+		a.ServeHTTP(w, r)
+	}), nil
+}

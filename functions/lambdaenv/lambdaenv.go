@@ -1,0 +1,199 @@
+// Package lambdaenv loads the configuration of the gateway's Lambda
+// functions once, at cold start, and fails fast with a message naming the
+// variable at fault. Plain settings come from the environment; secrets come
+// from AWS Secrets Manager (a variable holds the secret's ARN) or, for tests
+// and containers, from a file (a variable holds its path) — never from a
+// plain environment variable, which the Lambda console and API show to
+// anyone who can read the function's configuration.
+package lambdaenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/go-playground/validator/v10"
+
+	"github.com/c0mpute/c0mpute/functions/store/dynamo"
+)
+
+// Environment variables. Terraform sets exactly these (checked by the
+// terraform tests).
+const (
+	EnvTable           = dynamo.EnvTable    // DynamoDB table
+	EnvDynamoEndpoint  = dynamo.EnvEndpoint // DynamoDB endpoint override (DynamoDB Local in tests)
+	EnvConnectionsURL  = "C0MPUTE_CONNECTIONS_URL"
+	EnvRelayURL        = "C0MPUTE_RELAY_URL"
+	EnvListenerSecret  = "C0MPUTE_LISTENER_SECRET_ARN"
+	EnvListenerFile    = "C0MPUTE_LISTENER_SECRET_FILE"
+	EnvBatchWindowMS   = "C0MPUTE_BATCH_WINDOW_MS"
+	EnvLogLevel        = "C0MPUTE_LOG_LEVEL"
+	EnvRatePerMinute   = "C0MPUTE_RATE_PER_MINUTE"
+	EnvWorkerSharePct  = "C0MPUTE_WORKER_SHARE_PERCENT"
+	defaultBatchWindow = 50 * time.Millisecond
+)
+
+// Gateway is what the API and relay functions share.
+type Gateway struct {
+	// Table is the DynamoDB table.
+	Table string `validate:"required"`
+	// DynamoEndpoint overrides DynamoDB's endpoint; empty in AWS.
+	DynamoEndpoint string `validate:"omitempty,url"`
+	// ConnectionsURL is the WebSocket API's management endpoint,
+	// https://{api-id}.execute-api.{region}.amazonaws.com/{stage}.
+	ConnectionsURL string `validate:"required,url"`
+	// ListenerSecret authenticates API instances to the relay.
+	ListenerSecret string `validate:"required,min=32"`
+	// LogLevel for the JSON logs.
+	LogLevel slog.Level
+}
+
+// API is the API function's configuration.
+type API struct {
+	Gateway
+	// RelayURL is the WebSocket API's wss:// URL, which the API joins as
+	// a listener.
+	RelayURL string `validate:"required,url,startswith=ws"`
+	// RatePerMinute and WorkerSharePercent override the defaults of
+	// api.DefaultLimits when set.
+	RatePerMinute      int64 `validate:"min=0"`
+	WorkerSharePercent int64 `validate:"min=0,max=100"`
+}
+
+// Relay is the relay function's configuration.
+type Relay struct {
+	Gateway
+	// BatchWindow is the workers' chunk batching window: each message is
+	// a paid invocation of this function, so tens of milliseconds.
+	BatchWindow time.Duration `validate:"min=0,max=1s"`
+}
+
+var validate = validator.New(validator.WithRequiredStructEnabled())
+
+// SecretsClient is the part of Secrets Manager the loader calls.
+type SecretsClient interface {
+	GetSecretValue(context.Context, *secretsmanager.GetSecretValueInput, ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+}
+
+// Env reads variables; os.Getenv in production.
+type Env func(string) string
+
+func (e Env) gateway(ctx context.Context, sm SecretsClient) (Gateway, error) {
+	g := Gateway{Table: e(EnvTable), DynamoEndpoint: e(EnvDynamoEndpoint), ConnectionsURL: e(EnvConnectionsURL)}
+	if lvl := e(EnvLogLevel); lvl != "" {
+		if err := g.LogLevel.UnmarshalText([]byte(lvl)); err != nil {
+			return g, fmt.Errorf("%s: %w", EnvLogLevel, err)
+		}
+	}
+	secret, err := e.Secret(ctx, sm, EnvListenerSecret, EnvListenerFile)
+	if err != nil {
+		return g, err
+	}
+	g.ListenerSecret = secret
+	return g, nil
+}
+
+// LoadAPI loads and validates the API function's configuration.
+func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
+	g, err := e.gateway(ctx, sm)
+	if err != nil {
+		return API{}, err
+	}
+	c := API{Gateway: g, RelayURL: e(EnvRelayURL)}
+	if c.RatePerMinute, err = e.integer(EnvRatePerMinute); err != nil {
+		return API{}, err
+	}
+	if c.WorkerSharePercent, err = e.integer(EnvWorkerSharePct); err != nil {
+		return API{}, err
+	}
+	return c, check(c)
+}
+
+// LoadRelay loads and validates the relay function's configuration.
+func LoadRelay(ctx context.Context, e Env, sm SecretsClient) (Relay, error) {
+	g, err := e.gateway(ctx, sm)
+	if err != nil {
+		return Relay{}, err
+	}
+	c := Relay{Gateway: g, BatchWindow: defaultBatchWindow}
+	ms, err := e.integer(EnvBatchWindowMS)
+	if err != nil {
+		return Relay{}, err
+	}
+	if e(EnvBatchWindowMS) != "" {
+		c.BatchWindow = time.Duration(ms) * time.Millisecond
+	}
+	return c, check(c)
+}
+
+func (e Env) integer(name string) (int64, error) {
+	v := e(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: not an integer", name, v)
+	}
+	return n, nil
+}
+
+// check validates c and names the variables at fault.
+func check(c any) error {
+	err := validate.Struct(c)
+	var ve validator.ValidationErrors
+	if !errors.As(err, &ve) {
+		return err
+	}
+	var msgs []string
+	for _, fe := range ve {
+		msgs = append(msgs, fmt.Sprintf("%s fails %q", variable[fe.Field()], fe.Tag()))
+	}
+	return fmt.Errorf("lambdaenv: invalid configuration: %s", strings.Join(msgs, "; "))
+}
+
+// variable maps a field to the variable it comes from, for messages.
+var variable = map[string]string{
+	"Table": EnvTable, "DynamoEndpoint": EnvDynamoEndpoint, "ConnectionsURL": EnvConnectionsURL,
+	"ListenerSecret": EnvListenerSecret + " or " + EnvListenerFile, "RelayURL": EnvRelayURL,
+	"RatePerMinute": EnvRatePerMinute, "WorkerSharePercent": EnvWorkerSharePct, "BatchWindow": EnvBatchWindowMS,
+}
+
+// Secret reads a secret from Secrets Manager (arnVar holds its ARN) or from
+// a file (fileVar holds its path); exactly one must be set. Surrounding
+// whitespace is trimmed.
+func (e Env) Secret(ctx context.Context, sm SecretsClient, arnVar, fileVar string) (string, error) {
+	arn, file := e(arnVar), e(fileVar)
+	switch {
+	case arn != "" && file != "":
+		return "", fmt.Errorf("lambdaenv: set %s or %s, not both", arnVar, fileVar)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("lambdaenv: %s: %w", fileVar, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	case arn != "":
+		if sm == nil {
+			return "", fmt.Errorf("lambdaenv: %s set but no Secrets Manager client", arnVar)
+		}
+		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+		if err != nil {
+			return "", fmt.Errorf("lambdaenv: %s: %w", arnVar, err)
+		}
+		return strings.TrimSpace(aws.ToString(out.SecretString)), nil
+	}
+	return "", fmt.Errorf("lambdaenv: set %s (a Secrets Manager ARN) or %s (a file)", arnVar, fileVar)
+}
+
+// Logger is the functions' JSON logger at the configured level.
+func (g Gateway) Logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: g.LogLevel}))
+}
