@@ -18,9 +18,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/go-playground/validator/v10"
 
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 )
 
@@ -196,4 +199,31 @@ func (e Env) Secret(ctx context.Context, sm SecretsClient, arnVar, fileVar strin
 // Logger is the functions' JSON logger at the configured level.
 func (g Gateway) Logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: g.LogLevel}))
+}
+
+// Deps are what both gateway functions are built from.
+type Deps struct {
+	Store   *dynamo.Store
+	Conns   *connections.Client
+	Catalog *catalog.Catalog
+	Log     *slog.Logger
+}
+
+// Deps connects to the table and the WebSocket API's management endpoint.
+func (g Gateway) Deps(ctx context.Context, awsCfg aws.Config) (Deps, error) {
+	db, err := dynamo.NewClient(ctx, dynamo.Config{Endpoint: g.DynamoEndpoint})
+	if err != nil {
+		return Deps{}, err
+	}
+	cat, err := catalog.New(catalog.Default())
+	if err != nil {
+		return Deps{}, err
+	}
+	conns := connections.New(apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = aws.String(g.ConnectionsURL)
+		// Our protocol retries (requeue, refund); the SDK's retries would
+		// only delay the Gone that drives it.
+		o.RetryMaxAttempts = 1
+	}))
+	return Deps{Store: dynamo.New(db, g.Table), Conns: conns, Catalog: cat, Log: g.Logger()}, nil
 }

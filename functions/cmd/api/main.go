@@ -12,17 +12,13 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdaurl"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/c0mpute/c0mpute/functions/api"
-	"github.com/c0mpute/c0mpute/functions/catalog"
-	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
-	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 )
 
 func main() {
@@ -43,20 +39,11 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger()
-	db, err := dynamo.NewClient(ctx, dynamo.Config{Endpoint: cfg.DynamoEndpoint})
+	d, err := cfg.Deps(ctx, awsCfg)
 	if err != nil {
 		return nil, err
 	}
-	st := dynamo.New(db, cfg.Table)
-	cat, err := catalog.New(catalog.Default())
-	if err != nil {
-		return nil, err
-	}
-	conns := connections.New(apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
-		o.BaseEndpoint = &cfg.ConnectionsURL
-		o.RetryMaxAttempts = 1 // our protocol retries (requeue, refund); SDK retries would only delay a Gone
-	}))
+	log := d.Log
 	lis, err := listener.Start(ctx, listener.Config{URL: cfg.RelayURL, Secret: cfg.ListenerSecret, Log: log})
 	if err != nil {
 		return nil, err
@@ -68,8 +55,8 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if cfg.WorkerSharePercent > 0 {
 		limits.WorkerSharePercent = cfg.WorkerSharePercent
 	}
-	a, err := api.New(api.Config{Store: st, Dispatcher: dispatch.New(st, conns, log), Connections: conns,
-		Relay: lis, Catalog: cat, Limits: limits, Log: log})
+	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
+		Relay: lis, Catalog: d.Catalog, Limits: limits, Log: log})
 	if err != nil {
 		return nil, err
 	}

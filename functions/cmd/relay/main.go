@@ -9,15 +9,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
-	"github.com/c0mpute/c0mpute/functions/catalog"
-	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
 	"github.com/c0mpute/c0mpute/functions/relayroutes"
-	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 )
 
 func main() {
@@ -38,20 +34,10 @@ func setup(ctx context.Context) (*relayroutes.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger()
-	db, err := dynamo.NewClient(ctx, dynamo.Config{Endpoint: cfg.DynamoEndpoint})
+	d, err := cfg.Deps(ctx, awsCfg)
 	if err != nil {
 		return nil, err
 	}
-	st := dynamo.New(db, cfg.Table)
-	cat, err := catalog.New(catalog.Default())
-	if err != nil {
-		return nil, err
-	}
-	conns := connections.New(apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
-		o.BaseEndpoint = &cfg.ConnectionsURL
-		o.RetryMaxAttempts = 1
-	}))
-	return &relayroutes.Handler{Store: st, Post: conns, Dispatch: dispatch.New(st, conns, log), Catalog: cat,
-		ListenerSecret: cfg.ListenerSecret, BatchWindow: cfg.BatchWindow, Log: log}, nil
+	return &relayroutes.Handler{Store: d.Store, Post: d.Conns, Dispatch: dispatch.New(d.Store, d.Conns, d.Log),
+		Catalog: d.Catalog, ListenerSecret: cfg.ListenerSecret, BatchWindow: cfg.BatchWindow, Log: d.Log}, nil
 }
