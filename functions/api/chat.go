@@ -45,13 +45,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	p := who(r)
 	now := s.now()
 	window := now.Truncate(time.Minute)
-	job, err := s.store.Admit(r.Context(), store.AdmitRequest{
+	// Not the client's context: a client that hangs up while Admit is in
+	// flight must not leave the debit's outcome unknown.
+	admitCtx, cancelAdmit := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
+	job, err := s.store.Admit(admitCtx, store.AdmitRequest{
 		KeyHash: p.keyHash,
 		Window:  window,
 		Limit:   s.limits.RatePerMinute,
 		Job: store.Job{ID: id, AccountID: p.account, Model: model.ID, Price: model.Price,
 			State: store.JobQueued, Listener: conn, Created: now, Updated: now},
 	})
+	cancelAdmit()
 	switch {
 	case errors.Is(err, store.ErrRateLimited):
 		retry := int(window.Add(time.Minute).Sub(now).Seconds()) + 1
@@ -62,6 +66,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		s.keys.evict(p.keyHash)
 		return oaiwire.ErrInvalidKey
 	case err != nil:
+		// A store error may hide a write that committed (a reply lost
+		// after the SDK gave up): fail the job with a refund in case it
+		// exists, so no one is charged for a job nobody waits for.
+		s.settleFailure(id, "admit_error", true)
 		return fmt.Errorf("admit: %w", err)
 	}
 	var out sink
@@ -73,6 +81,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out}
 	return run.serve(r.Context())
 }
+
+// storeTimeout bounds one store call made for a request whatever the
+// client does meanwhile.
+const storeTimeout = 10 * time.Second
 
 // queueRecheck is how often a queued job tries to claim a worker itself.
 const queueRecheck = 500 * time.Millisecond
@@ -349,6 +361,9 @@ func (j *jobRun) cancelOnWorker() {
 	}
 }
 
+// completeTries bounds the attempts to record a completion.
+const completeTries = 3
+
 // complete settles a finished job: the worker's earning, its measured
 // speed, and dispatch of the next job now that it is idle.
 func (j *jobRun) complete(m *relaymsg.Done) {
@@ -361,9 +376,21 @@ func (j *jobRun) complete(m *relaymsg.Done) {
 	if el := now.Sub(j.firstAt); m.Usage.CompletionTokens > 1 && !j.firstAt.IsZero() && el > 0 {
 		c.MilliTokPerSec = (m.Usage.CompletionTokens - 1) * int64(time.Second/time.Microsecond) * 1000 / max(el.Microseconds(), 1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.store.Complete(ctx, c); err != nil {
+	// Complete is idempotent: a failed attempt is tried again, since a
+	// job left assigned keeps its worker busy and unpaid.
+	var err error
+	for try := range completeTries {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err = s.store.Complete(ctx, c)
+		cancel()
+		if err == nil || errors.Is(err, store.ErrConflict) {
+			break
+		}
+	}
+	if err != nil {
 		s.log.Error("complete job", "job", j.job.ID, "err", err)
 		return
 	}
@@ -392,7 +419,7 @@ func (s *Server) settleFailure(jobID, reason string, refund bool) {
 	defer cancel()
 	job, err := s.store.Fail(ctx, jobID, reason, refund, s.now())
 	if err != nil {
-		if !errors.Is(err, store.ErrConflict) {
+		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 			s.log.Error("fail job", "job", jobID, "reason", reason, "err", err)
 		}
 		return

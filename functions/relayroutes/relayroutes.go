@@ -154,7 +154,10 @@ func (h *Handler) connect(ctx context.Context, conn string, hs map[string]string
 	}
 	w := store.Worker{Conn: conn, AccountID: tok.AccountID, TokenHash: hash, Pubkey: proof.Pubkey,
 		State: store.WorkerIdle, ConnectedAt: now}
-	if err := h.Store.PutWorker(ctx, w); err != nil {
+	switch err := h.Store.PutWorker(ctx, w); {
+	case errors.Is(err, store.ErrRevoked):
+		return http.StatusForbidden, errors.New("worker token revoked")
+	case err != nil:
 		return http.StatusInternalServerError, fmt.Errorf("store worker: %w", err)
 	}
 	return http.StatusOK, nil

@@ -84,7 +84,9 @@ type Store interface {
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (Job, error)
 
 	// PutWorker stores a newly connected worker (not yet registered);
-	// ErrExists if the connection is already known.
+	// ErrExists if the connection is already known, ErrRevoked if its
+	// worker token (TokenHash) exists and is revoked — so that a revoke
+	// racing a connect never misses the new connection.
 	PutWorker(ctx context.Context, w Worker) error
 	// RegisterWorker records the models a connected worker serves and
 	// makes it eligible; ErrNotFound if the connection is unknown.

@@ -2,8 +2,11 @@ package dynamo
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -19,16 +22,21 @@ var notExists = aws.String("attribute_not_exists(" + schema.PK + ")")
 // exists is the condition of an update that must not create its item.
 var exists = aws.String("attribute_exists(" + schema.PK + ")")
 
-// CreateAccount implements store.Store.
+// CreateAccount implements store.Store. The item carries a random token of
+// this call, so that when the SDK retries a create whose reply was lost
+// and the retry finds the account, the store can tell its own write from
+// someone else's.
 func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
 	if a.ID == "" {
 		return errors.New("dynamo: create account: empty id")
 	}
 	item, err := marshal(toAccountItem(a))
 	if err == nil {
+		token := callToken()
+		item[aToken] = str(token)
 		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: s.tableName(), Item: item, ConditionExpression: notExists})
 		if isConditionFailed(err) {
-			err = store.ErrExists
+			err = s.ownWrite(ctx, accountKey(a.ID), token, store.ErrExists)
 		}
 	}
 	if err != nil {
@@ -38,13 +46,71 @@ func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
 	return nil
 }
 
-// GetAccount implements store.Store.
+// aToken is the attribute holding the token of the call that wrote an item.
+const aToken = "call_token"
+
+// callToken is a random token for one call's write.
+func callToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ownWrite decides a failed "must not exist" condition: nil if the item
+// holds this call's token (an SDK retry of our own write, whose first reply
+// was lost), else taken.
+func (s *Store) ownWrite(ctx context.Context, k key, token string, taken error) error {
+	var it struct {
+		Token string `dynamodbav:"call_token"`
+	}
+	if err := s.get(ctx, k, &it); err != nil {
+		return err
+	}
+	if it.Token == token {
+		return nil
+	}
+	return taken
+}
+
+// GetAccount implements store.Store: one query returns the account and the
+// shards of its earnings (sort keys ACCT and EARN#…, adjacent in order).
 func (s *Store) GetAccount(ctx context.Context, id string) (store.Account, error) {
 	var it accountItem
-	if err := s.get(ctx, accountKey(id), &it); err != nil {
+	found := false
+	var earned int64
+	err := s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+		ExpressionAttributeNames:  names(schema.PK, schema.SK),
+		ExpressionAttributeValues: values{":pk": str(pAccount + id), ":from": str(sAccount), ":to": str(sEarn + "~")},
+		ConsistentRead:            aws.Bool(true),
+	}, func(item map[string]types.AttributeValue) error {
+		var k key
+		if err := unmarshal(item, &k); err != nil {
+			return err
+		}
+		switch {
+		case k.SK == sAccount:
+			found = true
+			return unmarshal(item, &it)
+		case strings.HasPrefix(k.SK, sEarn):
+			var e struct {
+				Earned int64 `dynamodbav:"earned"`
+			}
+			if err := unmarshal(item, &e); err != nil {
+				return err
+			}
+			earned += e.Earned
+		}
+		return nil
+	})
+	if err == nil && !found {
+		err = store.ErrNotFound
+	}
+	if err != nil {
 		return store.Account{}, fmt.Errorf("dynamo: get account %s: %w", id, err)
 	}
 	a := it.account()
+	a.Earned += earned
 	s.hints.setAllowance(id, a.FreeAllowanceLeft)
 	return a, nil
 }

@@ -41,14 +41,15 @@ func put[V any](h *hints, m *map[string]V, k string, v V) {
 	(*m)[k] = v
 }
 
-func get[V any](h *hints, m map[string]V, k string) (V, bool) {
+// get reads m under the lock: put may replace the map itself.
+func get[V any](h *hints, m *map[string]V, k string) (V, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v, ok := m[k]
+	v, ok := (*m)[k]
 	return v, ok
 }
 
-func (h *hints) job(id string) (store.Job, bool) { return get(h, h.jobs, id) }
+func (h *hints) job(id string) (store.Job, bool) { return get(h, &h.jobs, id) }
 
 // setJob remembers a job; ended jobs are forgotten, as nothing writes them
 // on the hot path any more.
@@ -63,13 +64,13 @@ func (h *hints) setJob(j store.Job) {
 }
 
 func (h *hints) workerAccount(conn string) (string, bool) {
-	return get(h, h.workerAccounts, conn)
+	return get(h, &h.workerAccounts, conn)
 }
 
 func (h *hints) setWorker(w store.Worker) { put(h, &h.workerAccounts, w.Conn, w.AccountID) }
 
 func (h *hints) allowance(account string) int64 {
-	v, _ := get(h, h.allowances, account)
+	v, _ := get(h, &h.allowances, account)
 	return v
 }
 

@@ -19,6 +19,7 @@ const (
 	pAccount  = "ACCT#"   // ACCT#<id> / ACCT: the account
 	sAccount  = "ACCT"    //
 	sKeyCount = "KEYS#"   // ACCT#<id> / KEYS#<kind>: active secrets of a kind
+	sEarn     = "EARN#"   // ACCT#<id> / EARN#<shard>: part of a worker account's earnings
 	pGrant    = "GRANT#"  // GRANT#<idempotency key> / GRANT
 	pNonce    = "NONCE#"  // NONCE#<nonce> / NONCE
 	pRate     = "RATE#"   // RATE#<key hash> / <window>
@@ -81,6 +82,11 @@ func jobKey(id string) key              { return key{pJob + id, "JOB"} }
 func workerKey(conn string) key         { return key{pWorker + conn, "WORKER"} }
 func listenerKey(c string) key          { return key{pListener + c, "LISTENER"} }
 func rateKey(h string, w time.Time) key { return key{pRate + h, timeKey(w)} }
+
+// earnKey is the earnings shard of account that a job's earning goes to.
+func earnKey(account, jobID string) key {
+	return key{pAccount + account, fmt.Sprintf("%s%d", sEarn, shard(jobID, earnShards))}
+}
 
 // timeKey encodes t so that string order is time order: the nanoseconds
 // with the sign bit flipped, as 20 decimal digits.

@@ -43,6 +43,9 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 	fail := func(err error) (store.Job, error) {
 		return store.Job{}, fmt.Errorf("dynamo: admit job %s: %w", in.ID, err)
 	}
+	if r.Limit <= 0 { // no request fits in the window (as the embedded store says)
+		return fail(fmt.Errorf("limit %d: %w", r.Limit, store.ErrRateLimited))
+	}
 	accountID := in.AccountID
 	if accountID == "" {
 		// The caller did not say whose job it is: one more read.
@@ -221,23 +224,28 @@ func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]stor
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: s.tableName(), IndexName: aws.String(schema.Index),
+			// Pages until this shard gave limit jobs or ran out: a page
+			// ends at Limit items or 1 MB, whichever comes first.
+			p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{TableName: s.tableName(), IndexName: aws.String(schema.Index),
 				KeyConditionExpression:    aws.String("#gpk = :gpk"),
 				ExpressionAttributeNames:  names(schema.GPK),
 				ExpressionAttributeValues: values{":gpk": str(fmt.Sprintf("%s%s#%d", gQueue, model, i))},
 				Limit:                     aws.Int32(int32(min(limit, 1000))),
 			})
-			if err != nil {
-				results[i].err = err
-				return
-			}
-			for _, item := range out.Items {
-				var it jobItem
-				if err := unmarshal(item, &it); err != nil {
+			for p.HasMorePages() && len(results[i].items) < limit {
+				page, err := p.NextPage(ctx)
+				if err != nil {
 					results[i].err = err
 					return
 				}
-				results[i].items = append(results[i].items, it)
+				for _, item := range page.Items {
+					var it jobItem
+					if err := unmarshal(item, &it); err != nil {
+						results[i].err = err
+						return
+					}
+					results[i].items = append(results[i].items, it)
+				}
 			}
 		}()
 	}
@@ -308,9 +316,9 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
 			{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
 				UpdateExpression:                    aws.String("SET #state = :busy, #job = :job"),
-				ConditionExpression:                 aws.String("attribute_exists(pk) AND #registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #account = :wa"),
-				ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount),
-				ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(jobID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(account)},
+				ConditionExpression:                 aws.String("attribute_exists(pk) AND #registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #account = :wa AND #ttl > :now"),
+				ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount, schema.TTL),
+				ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(jobID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(account), ":now": num(ttl(s.now()))},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
 		})
 		var tf *txFailed
@@ -351,6 +359,8 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 				return fail(fmt.Errorf("worker %s is %s: %w", conn, w.State, store.ErrConflict))
 			case !w.Serves(job.Model):
 				return fail(fmt.Errorf("worker %s does not serve %s: %w", conn, job.Model, store.ErrConflict))
+			case it.TTL <= ttl(s.now()):
+				return fail(fmt.Errorf("worker %s expired (a connection lost without $disconnect): %w", conn, store.ErrNotFound))
 			}
 			account = w.AccountID // the only other condition: a stale account
 		}
@@ -485,11 +495,14 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			ExpressionAttributeNames:            names(aState, aUpdated, aPrompt, aComplete, aWorker, aWorkerAcc),
 			ExpressionAttributeValues:           values{":done": str(string(store.JobDone)), ":assigned": str(string(store.JobAssigned)), ":at": num(nanos(c.At)), ":p": num(c.PromptTokens), ":c": num(c.CompletionTokens), ":w": str(c.Worker), ":wa": str(job.WorkerAccount)},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
-		earnAt := -1
 		if c.Earning > 0 {
-			earnAt = len(items)
-			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: accountKey(job.WorkerAccount).av(),
-				UpdateExpression: aws.String("SET #earned = #earned + :e"), ConditionExpression: exists,
+			// An earnings shard, not the account item: one operator's
+			// GPUs complete jobs concurrently, and one item would make
+			// their transactions conflict. The shard is created by its
+			// first earning; the account exists, as Assign took it from
+			// the worker's record.
+			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: earnKey(job.WorkerAccount, c.JobID).av(),
+				UpdateExpression:         aws.String("ADD #earned :e"),
 				ExpressionAttributeNames: names(aEarned), ExpressionAttributeValues: values{":e": num(c.Earning)}}})
 		}
 		freeAt := -1
@@ -520,8 +533,6 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			if job.State == store.JobDone {
 				return nil
 			}
-		case earnAt >= 0 && tf.failed(earnAt):
-			return fail(fmt.Errorf("worker account %q: %w", job.WorkerAccount, store.ErrNotFound))
 		case freeAt >= 0 && tf.failed(freeAt):
 			freeWorker = false
 		}

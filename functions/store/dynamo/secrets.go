@@ -249,7 +249,8 @@ func (s *Store) revokeSecret(ctx context.Context, kind secretKind, accountID, id
 }
 
 // UseNonce implements store.Store: one conditional put that succeeds when
-// the nonce is new or its previous use expired. DynamoDB's TTL deletes
+// the nonce is new or its previous use expired; a random token of the call
+// tells an SDK retry of our own put from a replay. DynamoDB's TTL deletes
 // expired nonces in the background; the condition does not rely on it.
 func (s *Store) UseNonce(ctx context.Context, nonce string, expires time.Time) error {
 	if nonce == "" {
@@ -258,12 +259,15 @@ func (s *Store) UseNonce(ctx context.Context, nonce string, expires time.Time) e
 	item := nonceKey(nonce).av()
 	item[aExpires] = num(expires.UnixNano())
 	item[schema.TTL] = num(ttl(expires) + 1)
+	token := callToken()
+	item[aToken] = str(token)
 	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: s.tableName(), Item: item,
 		ConditionExpression:       aws.String("attribute_not_exists(pk) OR #expires <= :now"),
 		ExpressionAttributeNames:  names(aExpires),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(s.now().UnixNano())}})
 	if isConditionFailed(err) {
-		err = store.ErrExists
+		// Our own first attempt, whose reply was lost, is not a replay.
+		err = s.ownWrite(ctx, nonceKey(nonce), token, store.ErrExists)
 	}
 	if err != nil {
 		return fmt.Errorf("dynamo: use nonce: %w", err)

@@ -68,14 +68,20 @@ const (
 	// about 4,000 jobs/s.
 	workerShards = 8
 	// statShards spreads the completion counters: every completion adds to
-	// one counter item, chosen by job id, and Stats sums them all. One item
+	// one counter item, chosen by job id, and Stats sums them all (two
+	// items a shard, in one BatchGetItem of at most 100 keys). One item
 	// would be a write hot spot and a source of transaction conflicts.
-	statShards = 16
+	statShards = 32
+	// earnShards spreads a worker account's earnings: one operator's many
+	// GPUs complete jobs at once, and each completion adds to one shard,
+	// chosen by job id; GetAccount sums them.
+	earnShards = 8
 
 	// conflictRetries bounds the retries of a transaction cancelled by a
-	// conflicting transaction. Contention is on one account or one rate
-	// window (a single key's burst); the backoff caps at conflictMaxDelay,
-	// so this is about 40 s of trying before giving up.
+	// conflicting transaction or throttling. Contention is on one paying
+	// account or one rate window (a single key's burst); with full jitter
+	// capped at conflictMaxWait the waits average 100 ms, so this is about
+	// 20 s of trying before giving up.
 	conflictRetries  = 200
 	conflictBaseWait = 2 * time.Millisecond
 	conflictMaxWait  = 200 * time.Millisecond
@@ -162,6 +168,11 @@ func NewClient(ctx context.Context, c Config) (*dynamodb.Client, error) {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = 6
 				o.RateLimiter = ratelimit.None
+				// A single-item write on an item that a transaction
+				// holds is refused with TransactionConflictException;
+				// it applied nothing, so trying again is safe.
+				o.Retryables = append(o.Retryables, retry.RetryableErrorCode{
+					Codes: map[string]struct{}{"TransactionConflictException": {}}})
 			})
 		}),
 	}
@@ -245,7 +256,8 @@ func (e *txFailed) old(i int) map[string]types.AttributeValue {
 
 // transact runs a write transaction. A cancellation by failed conditions
 // returns *txFailed; a cancellation by a conflicting transaction (another
-// writer on one of the items) is retried with backoff and jitter.
+// writer on one of the items) or by throttling is retried with backoff and
+// jitter.
 func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
 	wait := conflictBaseWait
 	for try := 0; ; try++ {
@@ -264,19 +276,22 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 			}
 			return err
 		}
-		conflict, condition := false, false
+		retryable, condition := false, false
 		for _, r := range tc.CancellationReasons {
 			switch aws.ToString(r.Code) {
 			case "ConditionalCheckFailed":
 				condition = true
-			case "TransactionConflict":
-				conflict = true
+			case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				// Another transaction held an item, or an item's
+				// partition was throttled: a cancelled transaction
+				// applied nothing, so it is safe to send again.
+				retryable = true
 			}
 		}
 		switch {
 		case condition:
 			return &txFailed{reasons: tc.CancellationReasons}
-		case conflict && try < conflictRetries:
+		case retryable && try < conflictRetries:
 			if err := sleep(ctx, &wait); err != nil {
 				return err
 			}

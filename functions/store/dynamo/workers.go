@@ -23,7 +23,8 @@ func tokenConnKey(tokenHash, conn string) key {
 }
 
 // PutWorker implements store.Store: the worker and its entry under its
-// token, in one transaction. An empty State is stored as idle.
+// token, in one transaction, on the condition that the token is not
+// revoked. An empty State is stored as idle.
 func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 	if w.Conn == "" {
 		return errors.New("dynamo: put worker: empty connection id")
@@ -42,12 +43,22 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 	if w.TokenHash != "" {
 		entry := tokenConnKey(w.TokenHash, w.Conn).av()
 		entry[schema.TTL] = num(ttl(s.now().Add(connectionTTL)))
-		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: entry}})
+		// The token must not be revoked now: a revoke that ran after
+		// the caller checked the token would otherwise miss this
+		// connection (it lists the token's connections).
+		items = append(items,
+			types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: entry}},
+			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
+				Key: workerTokens.hashKey(w.TokenHash).av(), ConditionExpression: aws.String("attribute_not_exists(#revoked)"),
+				ExpressionAttributeNames: names(aRevoked)}})
 	}
 	err = s.transact(ctx, items)
 	var tf *txFailed
-	if errors.As(err, &tf) && tf.failed(0) {
+	switch {
+	case errors.As(err, &tf) && tf.failed(0):
 		err = store.ErrExists
+	case errors.As(err, &tf) && tf.failed(2):
+		err = fmt.Errorf("worker token: %w", store.ErrRevoked)
 	}
 	if err != nil {
 		return fmt.Errorf("dynamo: put worker %s: %w", w.Conn, err)
@@ -172,10 +183,12 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 // decides.
 func (s *Store) IdleWorkers(ctx context.Context, model string) ([]store.Worker, error) {
 	out, err := s.workers(ctx, &filter{
-		expr:  "#registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model)",
-		names: names(aReg, aDraining, aState, aModels),
+		// An expired record is a connection whose $disconnect never
+		// came; TTL deletes it within days, not at once.
+		expr:  "#registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #ttl > :now",
+		names: names(aReg, aDraining, aState, aModels, schema.TTL),
 		values: values{":t": boolean(true), ":f": boolean(false), ":idle": str(string(store.WorkerIdle)),
-			":model": str(model)},
+			":model": str(model), ":now": num(ttl(s.now()))},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dynamo: idle workers for %s: %w", model, err)

@@ -30,6 +30,14 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 		if b.Get([]byte(w.Conn)) != nil {
 			return store.ErrExists
 		}
+		// A token revoked since the caller checked it: the revoke
+		// listed the token's workers before this one existed.
+		var tok store.Secret
+		if ok, err := getJSON(tx.Bucket(bTokens), []byte(w.TokenHash), &tok); err != nil {
+			return err
+		} else if ok && !tok.Active() {
+			return fmt.Errorf("worker token: %w", store.ErrRevoked)
+		}
 		return putJSON(b, []byte(w.Conn), w)
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -357,6 +358,15 @@ func secretTests() []test {
 			}
 			_, err = f.s.RevokeWorkerToken(f.ctx, "a2", t2.ID, at(20))
 			wantErr(t, "RevokeWorkerToken of another account", err, store.ErrNotFound)
+
+			// A connect that checked the token before the revoke and
+			// stores its worker after it is refused: the revoke could
+			// not have listed it.
+			late := store.Worker{Conn: "w4", AccountID: "a1", TokenHash: t1.Hash, State: store.WorkerIdle, ConnectedAt: base}
+			wantErr(t, "PutWorker on a revoked token", f.s.PutWorker(f.ctx, late), store.ErrRevoked)
+			if _, err := f.s.GetWorker(f.ctx, "w4"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("worker on a revoked token stored: %v", err)
+			}
 		}},
 	)
 }
