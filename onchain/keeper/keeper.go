@@ -1,0 +1,426 @@
+package keeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gagliardetto/solana-go"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/onchain"
+	"github.com/c0mpute/c0mpute/onchain/stakes"
+)
+
+// Transfer kinds in the ledger.
+const (
+	KindReward   = "reward"  // USDC into a staker's reward vault
+	KindSwap     = "swap"    // USDC → ZERO (buyback or compound)
+	KindBurn     = "burn"    // ZERO burn_checked
+	KindStake    = "stake"   // ZERO staked into an auto-compounder's vault
+	KindPayout   = "payout"  // USDC to a worker
+	swapBuyback  = "buyback" // Recipient of the buyback swap
+	swapCompound = "compound"
+)
+
+// Carry names in the ledger.
+const (
+	CarryRewardUSDC   = "reward_usdc"
+	CarryCompoundZero = "compound_zero"
+)
+
+// Swapper buys ZERO with USDC: instructions that spend usdcIn from the
+// keeper's USDC account and deliver ZERO to the keeper's ZERO account. The
+// amount received is read from the landed transaction, never predicted.
+type Swapper interface {
+	BuyZero(ctx context.Context, keeper solana.PublicKey, usdcIn uint64) (onchain.Group, error)
+}
+
+// RewardDelivery is how USDC reaches a staker's reward vault.
+type RewardDelivery int
+
+const (
+	// DeliverFund calls zero_rewards fund (production).
+	DeliverFund RewardDelivery = iota
+	// DeliverVaultTransfer transfers USDC straight into the reward vault
+	// (the USDC account of the reward PDA), and compounded ZERO straight
+	// into the stake vault, creating them if needed, for a cluster without
+	// the c0mpute programs (the test SVM). A direct transfer records no
+	// deposit in the stake account: never for production.
+	DeliverVaultTransfer
+)
+
+// Keeper runs the scheduled jobs against one cluster and one ledger.
+type Keeper struct {
+	Config   onchain.Config
+	Ledger   store.Ledger
+	Exec     *Executor
+	Stakes   stakes.Client
+	Balances BalanceReader
+	Swap     Swapper
+	Delivery RewardDelivery
+	// Reserved is USDC (base units) in the treasury that is owed elsewhere,
+	// worker earnings not paid out yet above all: never split.
+	Reserved uint64
+}
+
+// BalanceReader reads a token account's balance (chain.Chain via the RPC
+// client's getTokenAccountBalance).
+type BalanceReader interface {
+	TokenBalance(ctx context.Context, account solana.PublicKey) (uint64, error)
+}
+
+// keeperPub is the wallet that signs and holds the treasury's tokens.
+func (k *Keeper) keeperPub() solana.PublicKey { return k.Exec.Keeper.PublicKey() }
+
+// Build is the Builder for every transfer kind.
+func (k *Keeper) Build(ctx context.Context, t store.Transfer) (onchain.Group, error) {
+	c := k.Config
+	kp := k.keeperPub()
+	to, err := solana.PublicKeyFromBase58(t.Recipient)
+	if err != nil && t.Kind != KindSwap && t.Kind != KindBurn {
+		return onchain.Group{}, fmt.Errorf("recipient %q: %w", t.Recipient, err)
+	}
+	amt := uint64(t.Amount)
+	switch t.Kind {
+	case KindReward:
+		if k.Delivery == DeliverVaultTransfer {
+			return onchain.Group{ComputeUnits: 40_000, Instructions: []solana.Instruction{
+				onchain.CreateATAIdempotent(kp, c.RewardPDA(to), c.USDCMint, onchain.TokenProgram),
+				onchain.TransferChecked(onchain.TokenProgram, c.USDCATA(kp), c.USDCMint, c.RewardVault(to), kp, amt, onchain.USDCDecimals),
+			}}, nil
+		}
+		ix, err := c.Fund(kp, c.USDCATA(kp), to, amt)
+		return onchain.Group{ComputeUnits: 60_000, Instructions: []solana.Instruction{ix}}, err
+	case KindPayout:
+		ixs, err := c.USDCPayout(kp, kp, c.USDCATA(kp), to, amt)
+		return onchain.Group{ComputeUnits: 40_000, Instructions: ixs}, err
+	case KindBurn:
+		ix, err := c.BurnZero(c.ZeroATA(kp), kp, amt)
+		return onchain.Group{ComputeUnits: 10_000, Instructions: []solana.Instruction{ix}}, err
+	case KindStake:
+		if k.Delivery == DeliverVaultTransfer {
+			return onchain.Group{ComputeUnits: 40_000, Instructions: []solana.Instruction{
+				onchain.CreateATAIdempotent(kp, c.StakePDA(to), c.ZeroMint, onchain.Token2022Program),
+				onchain.TransferChecked(onchain.Token2022Program, c.ZeroATA(kp), c.ZeroMint, c.StakeVault(to), kp, amt, onchain.ZeroDecimals),
+			}}, nil
+		}
+		ix, err := c.Stake(kp, to, c.ZeroATA(kp), amt)
+		return onchain.Group{ComputeUnits: 60_000, Instructions: []solana.Instruction{ix}}, err
+	case KindSwap:
+		if k.Swap == nil {
+			return onchain.Group{}, errors.New("no swapper configured")
+		}
+		g, err := k.Swap.BuyZero(ctx, kp, amt)
+		g.Solo = true
+		return g, err
+	}
+	return onchain.Group{}, fmt.Errorf("unknown transfer kind %q", t.Kind)
+}
+
+// RewardsReport is what a rewards run did or would do.
+type RewardsReport struct {
+	Day  string     `json:"day"`
+	Plan RewardPlan `json:"plan"`
+	// Transfers are the ledger's entries (for a dry run: what would be
+	// recorded).
+	Transfers []store.Transfer `json:"transfers"`
+	Settle    []store.Transfer `json:"settle,omitempty"`
+	Result    Result           `json:"result"`
+}
+
+// summary is what a sealed run remembers of its plan.
+type summary struct {
+	Remainder    uint64  `json:"remainder"`
+	Compound     []Share `json:"compound,omitempty"`
+	CompoundUSDC uint64  `json:"compound_usdc"`
+	BurnPot      uint64  `json:"burn_pot"`
+}
+
+func rewardRun(day string) string { return "rewards/" + day }
+func settleRun(day string) string { return "rewards-settle/" + day }
+
+// rewardTransfers turns a plan into ledger transfers.
+func rewardTransfers(run string, c onchain.Config, p RewardPlan) []store.Transfer {
+	var ts []store.Transfer
+	add := func(kind, recipient, mint string, amount uint64) {
+		ts = append(ts, store.Transfer{Key: run + "/" + kind + "/" + recipient, Seq: len(ts), Kind: kind,
+			Recipient: recipient, Mint: mint, Amount: int64(amount)})
+	}
+	if p.BurnPot > 0 {
+		add(KindSwap, swapBuyback, c.USDCMint.String(), p.BurnPot)
+	}
+	if p.CompoundUSDC > 0 {
+		add(KindSwap, swapCompound, c.USDCMint.String(), p.CompoundUSDC)
+	}
+	for _, s := range p.Rewards {
+		add(KindReward, s.Owner.String(), c.USDCMint.String(), s.Amount)
+	}
+	return ts
+}
+
+// PlanRewardsNow reads the chain and the ledger's carry and computes the
+// day's plan, writing nothing.
+func (k *Keeper) PlanRewardsNow(ctx context.Context, at time.Time) (RewardPlan, error) {
+	all, err := stakes.Read(ctx, k.Stakes, k.Config)
+	if err != nil {
+		return RewardPlan{}, err
+	}
+	bal, err := k.Balances.TokenBalance(ctx, k.Config.USDCATA(k.keeperPub()))
+	if err != nil {
+		return RewardPlan{}, fmt.Errorf("keeper: treasury balance: %w", err)
+	}
+	carry, err := k.Ledger.Carry(ctx, CarryRewardUSDC)
+	if err != nil {
+		return RewardPlan{}, err
+	}
+	return PlanRewards(RewardInputs{At: at, TreasuryUSDC: bal, Reserved: k.Reserved, CarriedRewards: uint64(carry), Stakes: all})
+}
+
+// Rewards runs (execute) or only plans (dry run) the 15:00 UTC job of at's
+// day. Re-running it after any crash completes the day: a sealed plan is
+// never recomputed.
+func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (RewardsReport, error) {
+	day := Day(at)
+	run := rewardRun(day)
+	rep := RewardsReport{Day: day}
+	existing, err := k.Ledger.GetRun(ctx, run)
+	sealed := err == nil && existing.State != store.RunPlanning
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return rep, err
+	}
+	if !sealed {
+		// The carry comes from the last finished day: a day left half-done
+		// must be completed first, or its remainder would be counted twice
+		// or lost.
+		for _, prev := range []string{rewardRun(Day(at.AddDate(0, 0, -1))), settleRun(Day(at.AddDate(0, 0, -1)))} {
+			r, err := k.Ledger.GetRun(ctx, prev)
+			if err == nil && r.State != store.RunDone {
+				return rep, fmt.Errorf("keeper: %s is not finished; run that day first", prev)
+			}
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return rep, err
+			}
+		}
+		p, err := k.PlanRewardsNow(ctx, at)
+		if err != nil {
+			return rep, err
+		}
+		rep.Plan = p
+		rep.Transfers = rewardTransfers(run, k.Config, p)
+		if !execute {
+			return rep, nil
+		}
+		if err := k.seal(ctx, run, rep.Transfers, summary{Remainder: p.Remainder, Compound: p.Compound, CompoundUSDC: p.CompoundUSDC, BurnPot: p.BurnPot}); err != nil {
+			return rep, err
+		}
+	}
+	if rep.Transfers, err = k.Ledger.RunTransfers(ctx, run); err != nil {
+		return rep, err
+	}
+	if !execute {
+		return rep, nil
+	}
+	r, err := k.Ledger.GetRun(ctx, run)
+	if err != nil {
+		return rep, err
+	}
+	var sum summary
+	if err := json.Unmarshal([]byte(r.Summary), &sum); err != nil {
+		return rep, fmt.Errorf("keeper: run %s summary: %w", run, err)
+	}
+	if r.State != store.RunDone {
+		if rep.Result, err = k.Exec.Execute(ctx, run); err != nil {
+			return rep, err
+		}
+		if err := k.Ledger.FinishRun(ctx, run, map[string]int64{CarryRewardUSDC: int64(sum.Remainder)}, k.Exec.now()); err != nil {
+			return rep, err
+		}
+	}
+	if rep.Transfers, err = k.Ledger.RunTransfers(ctx, run); err != nil {
+		return rep, err
+	}
+	// Second stage: burn exactly what the buyback returned, stake what the
+	// compound swap returned, or pay compounders in USDC if it failed.
+	if rep.Settle, err = k.settle(ctx, day, sum, rep.Transfers); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// seal writes a plan into a run and seals it; a plan interrupted before
+// its seal is rebuilt.
+func (k *Keeper) seal(ctx context.Context, run string, ts []store.Transfer, sum summary) error {
+	now := k.Exec.now()
+	if _, _, err := k.Ledger.StartRun(ctx, store.KeeperRun{ID: run, Created: now}); err != nil {
+		return err
+	}
+	if err := k.Ledger.ResetPlan(ctx, run); err != nil {
+		return err
+	}
+	// Chunks keep each ledger write small (DynamoDB transactions hold at
+	// most 100 items).
+	const chunk = 50
+	for i := 0; i < len(ts); i += chunk {
+		if err := k.Ledger.AddTransfers(ctx, run, ts[i:min(i+chunk, len(ts))], now); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(sum)
+	if err != nil {
+		return err
+	}
+	return k.Ledger.SealPlan(ctx, run, len(ts), string(b), now)
+}
+
+func (k *Keeper) settle(ctx context.Context, day string, sum summary, first []store.Transfer) ([]store.Transfer, error) {
+	run := settleRun(day)
+	r, err := k.Ledger.GetRun(ctx, run)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if err != nil || r.State == store.RunPlanning {
+		var ts []store.Transfer
+		add := func(kind string, recipient solana.PublicKey, mint solana.PublicKey, amount uint64) {
+			if amount == 0 {
+				return
+			}
+			ts = append(ts, store.Transfer{Key: run + "/" + kind + "/" + recipient.String(), Seq: len(ts), Kind: kind,
+				Recipient: recipient.String(), Mint: mint.String(), Amount: int64(amount)})
+		}
+		carryZero, err := k.Ledger.Carry(ctx, CarryCompoundZero)
+		if err != nil {
+			return nil, err
+		}
+		newCarry := carryZero
+		for _, t := range first {
+			if t.Kind != KindSwap {
+				continue
+			}
+			received := int64(0)
+			if t.State == store.TransferConfirmed {
+				sig, err := solana.SignatureFromBase58(t.Signature)
+				if err != nil {
+					return nil, err
+				}
+				if received, err = k.Exec.Chain.TokenDelta(ctx, sig, k.Config.ZeroATA(k.keeperPub())); err != nil {
+					return nil, err
+				}
+				if received < 0 {
+					return nil, fmt.Errorf("keeper: swap %s lost ZERO", t.Signature)
+				}
+			}
+			switch {
+			case t.Recipient == swapBuyback:
+				add(KindBurn, k.keeperPub(), k.Config.ZeroMint, uint64(received))
+			case t.Recipient == swapCompound && t.State == store.TransferConfirmed:
+				shares, rem := PlanCompound(uint64(received), uint64(carryZero), sum.Compound)
+				for _, s := range shares {
+					add(KindStake, s.Owner, k.Config.ZeroMint, s.Amount)
+				}
+				newCarry = int64(rem)
+			case t.Recipient == swapCompound:
+				// The swap failed: the day's rewards arrive as USDC.
+				for _, s := range sum.Compound {
+					add(KindReward, s.Owner, k.Config.USDCMint, s.Amount)
+				}
+			}
+		}
+		b, _ := json.Marshal(map[string]int64{CarryCompoundZero: newCarry})
+		if err := k.sealRaw(ctx, run, ts, string(b)); err != nil {
+			return nil, err
+		}
+	}
+	r, err = k.Ledger.GetRun(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	if r.State != store.RunDone {
+		if _, err := k.Exec.Execute(ctx, run); err != nil {
+			return nil, err
+		}
+		var carries map[string]int64
+		if err := json.Unmarshal([]byte(r.Summary), &carries); err != nil {
+			return nil, fmt.Errorf("keeper: run %s summary: %w", run, err)
+		}
+		if err := k.Ledger.FinishRun(ctx, run, carries, k.Exec.now()); err != nil {
+			return nil, err
+		}
+	}
+	return k.Ledger.RunTransfers(ctx, run)
+}
+
+func (k *Keeper) sealRaw(ctx context.Context, run string, ts []store.Transfer, summary string) error {
+	now := k.Exec.now()
+	if _, _, err := k.Ledger.StartRun(ctx, store.KeeperRun{ID: run, Created: now}); err != nil {
+		return err
+	}
+	if err := k.Ledger.ResetPlan(ctx, run); err != nil {
+		return err
+	}
+	for i := 0; i < len(ts); i += 50 {
+		if err := k.Ledger.AddTransfers(ctx, run, ts[i:min(i+50, len(ts))], now); err != nil {
+			return err
+		}
+	}
+	return k.Ledger.SealPlan(ctx, run, len(ts), summary, now)
+}
+
+// Payouts pays workers what they are owed in USDC (at or above MinPayout)
+// as the run id, once: the same id never pays twice.
+func (k *Keeper) Payouts(ctx context.Context, id string, owed []Share, execute bool) ([]store.Transfer, Result, error) {
+	run := "payouts/" + id
+	var ts []store.Transfer
+	for _, s := range PlanPayouts(owed, MinPayout) {
+		ts = append(ts, store.Transfer{Key: run + "/" + KindPayout + "/" + s.Owner.String(), Seq: len(ts), Kind: KindPayout,
+			Recipient: s.Owner.String(), Mint: k.Config.USDCMint.String(), Amount: int64(s.Amount)})
+	}
+	if !execute {
+		return ts, Result{}, nil
+	}
+	r, err := k.Ledger.GetRun(ctx, run)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, Result{}, err
+	}
+	if err != nil || r.State == store.RunPlanning {
+		if err := k.sealRaw(ctx, run, ts, "{}"); err != nil {
+			return nil, Result{}, err
+		}
+	}
+	var res Result
+	if r.State != store.RunDone {
+		if res, err = k.Exec.Execute(ctx, run); err != nil {
+			return nil, res, err
+		}
+		if err := k.Ledger.FinishRun(ctx, run, nil, k.Exec.now()); err != nil {
+			return nil, res, err
+		}
+	}
+	ts, err = k.Ledger.RunTransfers(ctx, run)
+	return ts, res, err
+}
+
+// Allowance sets the day's free-credit allowance of every staker that has
+// an account (account id = wallet address), once per day.
+func (k *Keeper) Allowance(ctx context.Context, at time.Time, pool, capBP int64, active func(solana.PublicKey) bool, execute bool) ([]Share, error) {
+	all, err := stakes.Read(ctx, k.Stakes, k.Config)
+	if err != nil {
+		return nil, err
+	}
+	shares, err := PlanAllowance(AllowanceInputs{At: at, Stakes: all, Active: active, Pool: pool, CapBasisPoints: capBP})
+	if err != nil || !execute {
+		return shares, err
+	}
+	for _, s := range shares {
+		_, err := k.Ledger.SetDailyAllowance(ctx, s.Owner.String(), Day(at), int64(s.Amount))
+		if errors.Is(err, store.ErrNotFound) {
+			continue // a staker who never signed in has no account to credit
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return shares, nil
+}

@@ -1,0 +1,108 @@
+package keeper
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gagliardetto/solana-go"
+
+	"github.com/c0mpute/c0mpute/clients/zerostaking"
+	"github.com/c0mpute/c0mpute/onchain/stakes"
+)
+
+var at = time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+
+func stake(id byte, auto bool, amounts ...uint64) stakes.Stake {
+	s := stakes.Stake{Owner: solana.PublicKey{id}, Autocompound: auto}
+	for _, a := range amounts {
+		s.Deposits = append(s.Deposits, zerostaking.Deposit{Amount: a, Time: at.Unix() - 86400})
+		s.Total += a
+	}
+	return s
+}
+
+func TestPlanRewards(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   RewardInputs
+		want string
+	}{
+		{"odd split: the extra unit burns; remainder carried",
+			RewardInputs{At: at, TreasuryUSDC: 1001, Stakes: []stakes.Stake{stake(1, false, 1), stake(2, false, 1), stake(3, false, 1)}},
+			"split=1001 pot=500 burn=501 rewards=[166 166 166] compound=[] rem=2"},
+		{"carried remainder joins the pot whole, reserve is never split",
+			RewardInputs{At: at, TreasuryUSDC: 1000 + 2 + 300, Reserved: 300, CarriedRewards: 2, Stakes: []stakes.Stake{stake(1, false, 1), stake(2, true, 3)}},
+			"split=1000 pot=502 burn=500 rewards=[125] compound=[376] rem=1"},
+		{"no matured stake: the whole pot carries",
+			RewardInputs{At: at, TreasuryUSDC: 10, Stakes: []stakes.Stake{{Owner: solana.PublicKey{9}, Total: 5, Deposits: []zerostaking.Deposit{{Amount: 5, Time: at.Unix()}}}}},
+			"split=10 pot=5 burn=5 rewards=[] compound=[] rem=5"},
+		{"treasury below what it owes: nothing splits",
+			RewardInputs{At: at, TreasuryUSDC: 10, Reserved: 20, Stakes: []stakes.Stake{stake(1, false, 1)}},
+			"split=0 pot=0 burn=0 rewards=[] compound=[] rem=0"},
+		{"huge stake and pot: exact, no overflow",
+			RewardInputs{At: at, TreasuryUSDC: 1 << 62, Stakes: []stakes.Stake{stake(1, false, 1<<62), stake(2, false, 1<<61, 1<<61, 1)}},
+			"split=4611686018427387904 pot=2305843009213693952 burn=2305843009213693952 rewards=[1152921504606846975 1152921504606846976] compound=[] rem=1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := PlanRewards(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			amounts := func(ss []Share) []uint64 {
+				out := []uint64{}
+				for _, s := range ss {
+					out = append(out, s.Amount)
+				}
+				return out
+			}
+			got := fmt.Sprintf("split=%d pot=%d burn=%d rewards=%v compound=%v rem=%d", p.Split, p.RewardPot, p.BurnPot, amounts(p.Rewards), amounts(p.Compound), p.Remainder)
+			if got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			var sum uint64
+			for _, s := range append(p.Rewards, p.Compound...) {
+				sum += s.Amount
+			}
+			if sum+p.Remainder != p.RewardPot || p.RewardPot+p.BurnPot != p.Split+tc.in.CarriedRewards {
+				t.Fatalf("does not reconcile: %+v", p)
+			}
+		})
+	}
+	if _, err := PlanRewards(RewardInputs{TreasuryUSDC: 1, CarriedRewards: 2}); err == nil {
+		t.Fatal("carry above the treasury accepted")
+	}
+}
+
+func TestPlanCompound(t *testing.T) {
+	shares, rem := PlanCompound(100, 1, []Share{{Owner: solana.PublicKey{1}, Amount: 1}, {Owner: solana.PublicKey{2}, Amount: 2}})
+	if len(shares) != 2 || shares[0].Amount != 33 || shares[1].Amount != 67 || rem != 1 {
+		t.Fatalf("shares %v, remainder %d", shares, rem)
+	}
+}
+
+func TestPlanAllowance(t *testing.T) {
+	all := []stakes.Stake{stake(1, false, 90), stake(2, false, 5), stake(3, false, 5), stake(4, false, 1000)}
+	shares, err := PlanAllowance(AllowanceInputs{At: at, Stakes: all, Pool: 5000, CapBasisPoints: 2500,
+		Active: func(o solana.PublicKey) bool { return o != solana.PublicKey{4} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(shares[0].Amount, shares[1].Amount, shares[2].Amount, len(shares))
+	if got != "1250 250 250 3" {
+		t.Fatalf("allowance = %s; want the big staker capped at 25%%, the inactive one left out", got)
+	}
+	if _, err := PlanAllowance(AllowanceInputs{Pool: 1, CapBasisPoints: 10_001}); err == nil {
+		t.Fatal("cap above 100% accepted")
+	}
+}
+
+func TestPlanPayouts(t *testing.T) {
+	got := PlanPayouts([]Share{{Owner: solana.PublicKey{2}, Amount: MinPayout}, {Owner: solana.PublicKey{1}, Amount: MinPayout - 1}}, MinPayout)
+	if len(got) != 1 || got[0].Amount != MinPayout {
+		t.Fatalf("payouts %v", got)
+	}
+	if CreditsToUSDC(150) != 1_500_000 {
+		t.Fatal("150 credits is $1.50")
+	}
+}

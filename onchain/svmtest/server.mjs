@@ -1,0 +1,368 @@
+// A Solana JSON-RPC server over LiteSVM, for tests only.
+//
+// LiteSVM is a real SVM with the SPL Token, Token-2022, ATA, Memo, System
+// and Address Lookup Table programs built in: transactions, signatures and
+// token programs run for real. It has no RPC server, so this file serves
+// the JSON-RPC methods c0mpute's Go client calls, with the shapes a
+// validator returns, plus a few svm_* methods that let a test steer what a
+// real cluster does on its own (finality lag, a response lost after the
+// transaction landed, blocks passing, the clock).
+//
+// Usage: node server.mjs  — listens on 127.0.0.1 at a free port and prints
+// one line, {"url": "http://127.0.0.1:PORT"}, on stdout. It exits when
+// stdin closes, so a test that dies never leaves it running.
+import http from "node:http";
+import { LiteSVM } from "litesvm";
+import {
+  getBase58Decoder,
+  getBase58Encoder,
+  getCompiledTransactionMessageDecoder,
+  getTransactionDecoder,
+} from "@solana/kit";
+
+const b58dec = getBase58Decoder(); // bytes → string
+const b58enc = getBase58Encoder(); // string → bytes
+const txDecoder = getTransactionDecoder();
+const msgDecoder = getCompiledTransactionMessageDecoder();
+
+const TOKEN = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA";
+const TOKEN22 = "TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb";
+const COMPUTE_BUDGET = "ComputeBudget111111111111111111111111111111";
+const LAMPORTS_PER_SIGNATURE = 5000n;
+// A blockhash stays valid for 150 blocks on a real cluster.
+const BLOCKHASH_VALIDITY = 150;
+
+const svm = new LiteSVM().withTransactionHistory(0n);
+let blockHeight = 1000;
+let slot = 1000n;
+let blockhash = svm.latestBlockhash();
+let blockhashValidUntil = blockHeight + BLOCKHASH_VALIDITY;
+let unixTime = BigInt(Math.floor(Date.now() / 1000));
+setClock();
+
+const records = new Map(); // signature → record of a landed transaction
+let holdFinality = false; // new transactions stay "confirmed" until svm_finalize
+let loseResponses = 0; // the next N sends land but answer with an error
+let hideLanded = 0; // the next N landed transactions stay invisible until svm_reveal
+let priorityFees = [];
+
+// setClock moves the Clock sysvar to slot and unixTime, and records the
+// slot in SlotHashes, as a validator does: programs that check recent slots
+// (the address lookup table program) see the harness's slots.
+function setClock() {
+  const c = svm.getClock();
+  c.slot = slot;
+  c.unixTimestamp = unixTime;
+  svm.setClock(c);
+  const current = svm.getSlotHashes();
+  if (current.length > 0 && current[0].slot === slot) return;
+  // SlotHash has no constructor: take a fresh instance from the SVM.
+  const e = svm.getSlotHashes()[0] ?? null;
+  if (!e) return;
+  e.slot = slot;
+  e.hash = blockhash;
+  svm.setSlotHashes([e, ...current].slice(0, 512));
+}
+
+class RPCError extends Error {
+  constructor(code, message, data) {
+    super(message);
+    this.code = code;
+    this.data = data;
+  }
+}
+
+const ctx = () => ({ slot: Number(slot), apiVersion: "2.2.0" });
+
+function encodeAccount(a) {
+  if (!a || !a.exists) return null;
+  return {
+    lamports: Number(a.lamports),
+    owner: a.programAddress,
+    data: [Buffer.from(a.data).toString("base64"), "base64"],
+    executable: a.executable,
+    rentEpoch: 18446744073709551615,
+    space: a.data.length,
+  };
+}
+
+// tokenAccount decodes an SPL Token or Token-2022 account, or returns null.
+function tokenAccount(addr) {
+  const a = svm.getAccount(addr);
+  if (!a.exists || (a.programAddress !== TOKEN && a.programAddress !== TOKEN22)) return null;
+  const d = a.data;
+  // 165 bytes is a token account; longer Token-2022 accounts carry the
+  // account type (2 = account) at offset 165, mints carry 1 there.
+  if (d.length < 165 || (d.length > 165 && d[165] !== 2)) return null;
+  const mint = b58dec.decode(d.subarray(0, 32));
+  const m = svm.getAccount(mint);
+  const decimals = m.exists ? m.data[44] : 0;
+  return {
+    mint,
+    owner: b58dec.decode(d.subarray(32, 64)),
+    amount: Buffer.from(d.subarray(64, 72)).readBigUInt64LE(0),
+    decimals,
+    programId: a.programAddress,
+  };
+}
+
+function tokenBalances(keys) {
+  const out = [];
+  keys.forEach((k, i) => {
+    const t = tokenAccount(k);
+    if (!t) return;
+    const ui = Number(t.amount) / 10 ** t.decimals;
+    out.push({
+      accountIndex: i,
+      mint: t.mint,
+      owner: t.owner,
+      programId: t.programId,
+      uiTokenAmount: {
+        amount: t.amount.toString(),
+        decimals: t.decimals,
+        uiAmount: ui,
+        uiAmountString: String(ui),
+      },
+    });
+  });
+  return out;
+}
+
+// accountKeys lists the static keys then the keys loaded from lookup
+// tables (writable, then read-only), the order a validator reports.
+function accountKeys(msg) {
+  const keys = [...msg.staticAccounts];
+  const writable = [];
+  const readonly = [];
+  for (const l of msg.addressTableLookups ?? []) {
+    const t = svm.getAccount(l.lookupTableAddress);
+    if (!t.exists) throw new RPCError(-32602, `address lookup table ${l.lookupTableAddress} not found`);
+    const at = (i) => b58dec.decode(t.data.subarray(56 + 32 * i, 56 + 32 * (i + 1)));
+    for (const i of l.writableIndexes ?? l.writableIndices ?? []) writable.push(at(i));
+    for (const i of l.readonlyIndexes ?? l.readonlyIndices ?? []) readonly.push(at(i));
+  }
+  return { keys: [...keys, ...writable, ...readonly], loaded: { writable, readonly } };
+}
+
+function fee(msg, keys, nsig) {
+  let limit = 200000n * BigInt(msg.instructions.length);
+  let price = 0n;
+  for (const ix of msg.instructions) {
+    if (keys[ix.programAddressIndex] !== COMPUTE_BUDGET || !ix.data) continue;
+    const d = Buffer.from(ix.data);
+    if (d[0] === 2) limit = BigInt(d.readUInt32LE(1));
+    if (d[0] === 3) price = d.readBigUInt64LE(1);
+  }
+  return LAMPORTS_PER_SIGNATURE * BigInt(nsig) + (price * limit + 999999n) / 1000000n;
+}
+
+function send(b64, cfg = {}) {
+  const wire = cfg.encoding === "base58" ? Buffer.from(b58enc.encode(b64)) : Buffer.from(b64, "base64");
+  let tx;
+  try {
+    tx = txDecoder.decode(wire);
+  } catch (e) {
+    throw new RPCError(-32602, `failed to deserialize transaction: ${e.message}`);
+  }
+  const sigs = Object.values(tx.signatures);
+  if (!sigs[0]) throw new RPCError(-32602, "transaction is not signed");
+  const signature = b58dec.decode(sigs[0]);
+  if (records.has(signature)) {
+    // A validator drops a duplicate; the first result stands.
+    return signature;
+  }
+  const msg = msgDecoder.decode(tx.messageBytes);
+  const { keys, loaded } = accountKeys(msg);
+  if (!cfg.skipPreflight) {
+    const sim = svm.simulateTransaction(tx);
+    if (typeof sim.err === "function") {
+      throw new RPCError(-32002, `Transaction simulation failed: ${String(sim.err())}`, {
+        err: String(sim.err()),
+        logs: sim.meta().logs(),
+      });
+    }
+  }
+  const preBalances = keys.map((k) => Number(svm.getBalance(k) ?? 0n));
+  const preTokenBalances = tokenBalances(keys);
+  const res = svm.sendTransaction(tx);
+  const failed = typeof res.err === "function";
+  let err = null;
+  if (failed) {
+    err = String(res.err());
+    // Never landed: a validator would drop it without a trace.
+    if (/BlockhashNotFound|AlreadyProcessed|SignatureFailure|AccountNotFound|InsufficientFundsForFee/i.test(err)) {
+      throw new RPCError(-32002, `Transaction simulation failed: ${err}`, { err });
+    }
+  }
+  const meta = failed ? res.meta() : res;
+  slot += 1n;
+  blockHeight += 1;
+  setClock();
+  records.set(signature, {
+    slot: Number(slot),
+    blockTime: Number(unixTime),
+    wire: wire.toString("base64"),
+    version: msg.version === "legacy" ? "legacy" : msg.version,
+    finalized: !holdFinality,
+    hidden: hideLanded > 0,
+    meta: {
+      err: err === null ? null : { InstructionError: err },
+      status: err === null ? { Ok: null } : { Err: err },
+      fee: Number(fee(msg, keys, sigs.length)),
+      preBalances,
+      postBalances: keys.map((k) => Number(svm.getBalance(k) ?? 0n)),
+      preTokenBalances,
+      postTokenBalances: tokenBalances(keys),
+      logMessages: meta.logs(),
+      innerInstructions: [],
+      rewards: [],
+      loadedAddresses: loaded,
+      computeUnitsConsumed: Number(meta.computeUnitsConsumed()),
+    },
+  });
+  if (hideLanded > 0) hideLanded--;
+  if (loseResponses > 0) {
+    loseResponses--;
+    throw new RPCError(-32000, "response lost (svm_loseResponses)");
+  }
+  return signature;
+}
+
+function visible(sig, commitment) {
+  const r = records.get(sig);
+  if (!r || r.hidden) return null;
+  if (commitment === "finalized" && !r.finalized) return null;
+  return r;
+}
+
+const methods = {
+  getHealth: () => "ok",
+  getVersion: () => ({ "solana-core": "litesvm-1.5.0", "feature-set": 0 }),
+  getSlot: () => Number(slot),
+  getBlockHeight: () => blockHeight,
+  getLatestBlockhash: () => ({ context: ctx(), value: { blockhash, lastValidBlockHeight: blockhashValidUntil } }),
+  isBlockhashValid: ([bh]) => ({ context: ctx(), value: bh === blockhash && blockHeight <= blockhashValidUntil }),
+  getMinimumBalanceForRentExemption: ([len]) => Number(svm.minimumBalanceForRentExemption(BigInt(len))),
+  getBalance: ([addr]) => ({ context: ctx(), value: Number(svm.getBalance(addr) ?? 0n) }),
+  getAccountInfo: ([addr]) => ({ context: ctx(), value: encodeAccount(svm.getAccount(addr)) }),
+  getMultipleAccounts: ([addrs]) => ({ context: ctx(), value: addrs.map((a) => encodeAccount(svm.getAccount(a))) }),
+  getRecentPrioritizationFees: () => priorityFees.map((f, i) => ({ slot: Number(slot) - i, prioritizationFee: f })),
+  getTokenAccountBalance: ([addr]) => {
+    const t = tokenAccount(addr);
+    if (!t) throw new RPCError(-32602, "Invalid param: not a Token account");
+    const ui = Number(t.amount) / 10 ** t.decimals;
+    return { context: ctx(), value: { amount: t.amount.toString(), decimals: t.decimals, uiAmount: ui, uiAmountString: String(ui) } };
+  },
+  getProgramAccounts: ([program, cfg = {}]) => {
+    const filters = cfg.filters ?? [];
+    const out = [];
+    for (const a of svm.getProgramAccounts(program)) {
+      const d = a.data;
+      const ok = filters.every((f) => {
+        if (f.dataSize !== undefined) return d.length === f.dataSize;
+        if (f.memcmp) {
+          const want = f.memcmp.encoding === "base64" ? Buffer.from(f.memcmp.bytes, "base64") : Buffer.from(b58enc.encode(f.memcmp.bytes));
+          const off = f.memcmp.offset;
+          return off + want.length <= d.length && Buffer.from(d.subarray(off, off + want.length)).equals(want);
+        }
+        throw new RPCError(-32602, `unsupported filter ${JSON.stringify(f)}`);
+      });
+      if (ok) out.push({ pubkey: a.address, account: encodeAccount({ ...a, exists: true }) });
+    }
+    return cfg.withContext ? { context: ctx(), value: out } : out;
+  },
+  sendTransaction: ([tx, cfg]) => send(tx, cfg),
+  getSignatureStatuses: ([sigs]) => ({
+    context: ctx(),
+    value: sigs.map((s) => {
+      const r = visible(s);
+      if (!r) return null;
+      return {
+        slot: r.slot,
+        confirmations: r.finalized ? null : 1,
+        err: r.meta.err,
+        status: r.meta.status,
+        confirmationStatus: r.finalized ? "finalized" : "confirmed",
+      };
+    }),
+  }),
+  getTransaction: ([sig, cfg = {}]) => {
+    const r = visible(sig, cfg.commitment ?? "finalized");
+    if (!r) return null;
+    if (r.version !== "legacy" && cfg.maxSupportedTransactionVersion === undefined) {
+      throw new RPCError(-32015, "Transaction version (0) is not supported by the requesting client.");
+    }
+    return { slot: r.slot, blockTime: r.blockTime, transaction: [r.wire, "base64"], meta: r.meta, version: r.version };
+  },
+
+  // Test controls.
+  svm_airdrop: ([addr, lamports]) => {
+    const r = svm.airdrop(addr, BigInt(lamports));
+    if (r && typeof r.err === "function") throw new RPCError(-32000, `airdrop failed: ${String(r.err())}`);
+    return true;
+  },
+  svm_setAccount: ([a]) => {
+    const data = Buffer.from(a.data ?? "", "base64");
+    svm.setAccount({
+      address: a.pubkey,
+      lamports: BigInt(a.lamports ?? svm.minimumBalanceForRentExemption(BigInt(data.length))),
+      programAddress: a.owner,
+      data: new Uint8Array(data),
+      executable: !!a.executable,
+      space: BigInt(data.length),
+    });
+    return true;
+  },
+  svm_holdFinality: ([on]) => { holdFinality = !!on; return true; },
+  svm_finalize: () => { for (const r of records.values()) r.finalized = true; return true; },
+  svm_loseResponses: ([n]) => { loseResponses = n; return true; },
+  svm_hideLanded: ([n]) => { hideLanded = n; return true; },
+  svm_reveal: () => { for (const r of records.values()) r.hidden = false; return true; },
+  svm_advanceBlocks: ([n]) => {
+    blockHeight += n;
+    slot += BigInt(n);
+    setClock();
+    if (blockHeight > blockhashValidUntil) {
+      svm.expireBlockhash();
+      blockhash = svm.latestBlockhash();
+      blockhashValidUntil = blockHeight + BLOCKHASH_VALIDITY;
+    }
+    return blockHeight;
+  },
+  svm_setUnixTime: ([t]) => { unixTime = BigInt(t); setClock(); return true; },
+  svm_setPrioritizationFees: ([fees]) => { priorityFees = fees; return true; },
+  svm_transactionCount: () => records.size,
+};
+
+function handle(req) {
+  const fn = methods[req.method];
+  try {
+    if (!fn) throw new RPCError(-32601, `Method not found: ${req.method}`);
+    return { jsonrpc: "2.0", id: req.id, result: fn(req.params ?? []) };
+  } catch (e) {
+    const code = e instanceof RPCError ? e.code : -32603;
+    return { jsonrpc: "2.0", id: req.id, error: { code, message: e.message, data: e.data } };
+  }
+}
+
+const server = http.createServer((req, res) => {
+  const chunks = [];
+  req.on("data", (c) => chunks.push(c));
+  req.on("end", () => {
+    let body;
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    } catch {
+      res.writeHead(400).end();
+      return;
+    }
+    const out = Array.isArray(body) ? body.map(handle) : handle(body);
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify(out));
+  });
+});
+server.listen(0, "127.0.0.1", () => {
+  process.stdout.write(JSON.stringify({ url: `http://127.0.0.1:${server.address().port}` }) + "\n");
+});
+process.stdin.on("end", () => process.exit(0));
+process.stdin.resume();
