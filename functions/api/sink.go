@@ -64,7 +64,7 @@ func (s *streamSink) start() {
 func (s *streamSink) keepAlive() {
 	s.start()
 	_, _ = s.w.Write([]byte(": keep-alive\n\n")) // a failed write shows up at the next delta
-	_ = s.rc.Flush()
+	_ = s.flush()
 }
 
 // usageNull is what every chunk carries when the client asked for usage.
@@ -102,7 +102,17 @@ func (s *streamSink) event(v any) error {
 	if _, err := s.w.Write(buf); err != nil {
 		return err
 	}
-	return s.rc.Flush()
+	return s.flush()
+}
+
+// flush pushes what was written to the client. A writer that cannot flush
+// already writes through — in Lambda, lambdaurl's writes straight into the
+// response stream's pipe — so http.ErrNotSupported is not a lost client.
+func (s *streamSink) flush() error {
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
 }
 
 func (s *streamSink) delta(d oaiwire.Delta) error {
@@ -147,7 +157,7 @@ func (s *streamSink) finish(reason string, usage oaiwire.Usage) error {
 		}
 	}
 	_, _ = s.w.Write([]byte("data: [DONE]\n\n"))
-	_ = s.rc.Flush()
+	_ = s.flush()
 	return nil
 }
 
@@ -160,7 +170,7 @@ func (s *streamSink) fail(err error) error {
 		e = oaiwire.ErrInternal
 	}
 	_, _ = s.w.Write(append(append([]byte("data: "), e.JSON()...), '\n', '\n'))
-	_ = s.rc.Flush()
+	_ = s.flush()
 	return nil
 }
 

@@ -1,0 +1,182 @@
+# One Lambda function per folder under functions/cmd, each a static Go
+# binary named bootstrap on the provided.al2023 runtime, on arm64 (Graviton:
+# about 20% cheaper per GB-second than x86_64 for this I/O-bound code).
+# The terraform tests check every folder has its block here with these
+# settings and exactly the environment its code reads.
+
+locals {
+  # https://{api-id}.execute-api.{region}.{dns-suffix}/{stage}: built from
+  # the API's id rather than the stage's invoke URL, because the relay
+  # function needs it and the stage depends (through the integration) on
+  # that function.
+  connections_url = "https://${aws_apigatewayv2_api.relay.id}.execute-api.${var.region}.${data.aws_partition.current.dns_suffix}/${var.stage}"
+  relay_url       = "wss://${aws_apigatewayv2_api.relay.id}.execute-api.${var.region}.${data.aws_partition.current.dns_suffix}/${var.stage}"
+  zip             = { for f in ["api", "relay", "keeper"] : f => "${path.module}/${var.lambda_dir}/${f}.zip" }
+}
+
+resource "aws_cloudwatch_log_group" "api" {
+  name              = "/aws/lambda/${var.name}-api"
+  retention_in_days = var.log_retention_days
+}
+
+resource "aws_cloudwatch_log_group" "relay" {
+  name              = "/aws/lambda/${var.name}-relay"
+  retention_in_days = var.log_retention_days
+}
+
+resource "aws_cloudwatch_log_group" "keeper" {
+  name              = "/aws/lambda/${var.name}-keeper"
+  retention_in_days = var.log_retention_days
+}
+
+# The OpenAI-compatible API behind a streaming Function URL.
+resource "aws_lambda_function" "api" {
+  function_name    = "${var.name}-api"
+  role             = aws_iam_role.api.arn
+  runtime          = "provided.al2023"
+  handler          = "bootstrap"
+  architectures    = ["arm64"]
+  filename         = local.zip.api
+  source_code_hash = filebase64sha256(local.zip.api)
+
+  # 512 MB buys about a third of a vCPU: enough to parse and re-frame a
+  # stream while holding the relay listener, measured cold start ~60 ms of
+  # init (README). Each instance serves one request at a time, so memory
+  # is not shared between streams.
+  memory_size = 512
+  # A chat completion may run for api.DefaultLimits().Job (10 min) and then
+  # settle (complete or refund, ~10 s of store calls): 11 min, so the
+  # function is never cut off while credits are held. Function URLs allow
+  # up to 15 min.
+  timeout                        = 660
+  reserved_concurrent_executions = var.api_reserved_concurrency
+
+  environment {
+    variables = {
+      C0MPUTE_DYNAMODB_TABLE       = aws_dynamodb_table.main.name
+      C0MPUTE_CONNECTIONS_URL      = local.connections_url
+      C0MPUTE_RELAY_URL            = local.relay_url
+      C0MPUTE_LISTENER_SECRET_ARN  = aws_secretsmanager_secret.listener.arn
+      C0MPUTE_LOG_LEVEL            = var.log_level
+      C0MPUTE_RATE_PER_MINUTE      = tostring(var.rate_per_minute)
+      C0MPUTE_WORKER_SHARE_PERCENT = tostring(var.worker_share_percent)
+    }
+  }
+
+  logging_config {
+    log_format = "JSON"
+    log_group  = aws_cloudwatch_log_group.api.name
+  }
+
+  depends_on = [aws_iam_role_policy.api, aws_secretsmanager_secret_version.listener]
+}
+
+# API Gateway HTTP APIs cannot stream; a Function URL in RESPONSE_STREAM
+# mode can (lambdaurl.Start answers in that mode). Authentication is the
+# API's own (API keys in the store), so the URL itself is public.
+resource "aws_lambda_function_url" "api" {
+  function_name      = aws_lambda_function.api.function_name
+  authorization_type = "NONE"
+  invoke_mode        = "RESPONSE_STREAM"
+
+  cors {
+    allow_origins = ["*"]
+    allow_methods = ["GET", "POST"]
+    allow_headers = ["authorization", "content-type", "openai-organization", "openai-project"]
+    max_age       = 3600
+  }
+}
+
+# A public Function URL needs both statements: InvokeFunctionUrl for the
+# URL, and (for URLs created since October 2025) InvokeFunction limited to
+# calls that come through a Function URL.
+resource "aws_lambda_permission" "api_url" {
+  statement_id           = "FunctionURLAllowPublicAccess"
+  action                 = "lambda:InvokeFunctionUrl"
+  function_name          = aws_lambda_function.api.function_name
+  principal              = "*"
+  function_url_auth_type = "NONE"
+}
+
+resource "aws_lambda_permission" "api_url_invoke" {
+  statement_id             = "FunctionURLAllowInvokeFunction"
+  action                   = "lambda:InvokeFunction"
+  function_name            = aws_lambda_function.api.function_name
+  principal                = "*"
+  invoked_via_function_url = true
+}
+
+# The relay: every route of the WebSocket API invokes it.
+resource "aws_lambda_function" "relay" {
+  function_name    = "${var.name}-relay"
+  role             = aws_iam_role.relay.arn
+  runtime          = "provided.al2023"
+  handler          = "bootstrap"
+  architectures    = ["arm64"]
+  filename         = local.zip.relay
+  source_code_hash = filebase64sha256(local.zip.relay)
+
+  # Each invocation is one message: a few store calls and a post. 256 MB
+  # is plenty of memory; CPU is not the bottleneck (network round trips
+  # are).
+  memory_size = 256
+  # API Gateway waits at most 29 s for an integration; a message that
+  # takes longer than 10 s means the store is throttled, and failing fast
+  # lets the worker's retry go to a fresh invocation.
+  timeout                        = 10
+  reserved_concurrent_executions = var.relay_reserved_concurrency
+
+  environment {
+    variables = {
+      C0MPUTE_DYNAMODB_TABLE      = aws_dynamodb_table.main.name
+      C0MPUTE_CONNECTIONS_URL     = local.connections_url
+      C0MPUTE_LISTENER_SECRET_ARN = aws_secretsmanager_secret.listener.arn
+      C0MPUTE_BATCH_WINDOW_MS     = tostring(var.batch_window_ms)
+      C0MPUTE_LOG_LEVEL           = var.log_level
+    }
+  }
+
+  logging_config {
+    log_format = "JSON"
+    log_group  = aws_cloudwatch_log_group.relay.name
+  }
+
+  depends_on = [aws_iam_role_policy.relay, aws_secretsmanager_secret_version.listener]
+}
+
+# The keeper: EventBridge Scheduler invokes it for each scheduled job.
+resource "aws_lambda_function" "keeper" {
+  function_name    = "${var.name}-keeper"
+  role             = aws_iam_role.keeper.arn
+  runtime          = "provided.al2023"
+  handler          = "bootstrap"
+  architectures    = ["arm64"]
+  filename         = local.zip.keeper
+  source_code_hash = filebase64sha256(local.zip.keeper)
+
+  # Signing and RPC calls: light. 256 MB.
+  memory_size = 256
+  # A run sends its transactions one by one and waits for each to confirm
+  # (seconds each, resends while a blockhash expires): 5 minutes covers a
+  # busy day; a run cut short resumes from the ledger on the next attempt.
+  timeout = 300
+  # One run at a time: two concurrent runs of one job would race on the
+  # ledger and the treasury's balance.
+  reserved_concurrent_executions = 1
+
+  environment {
+    variables = {
+      C0MPUTE_KEEPER_CONFIG  = jsonencode(var.keeper_config)
+      C0MPUTE_KEEPER_KEY_ARN = aws_secretsmanager_secret.keeper_key.arn
+      C0MPUTE_KEEPER_EXECUTE = tostring(var.keeper_execute)
+      C0MPUTE_LOG_LEVEL      = var.log_level
+    }
+  }
+
+  logging_config {
+    log_format = "JSON"
+    log_group  = aws_cloudwatch_log_group.keeper.name
+  }
+
+  depends_on = [aws_iam_role_policy.keeper]
+}

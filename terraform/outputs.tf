@@ -1,0 +1,29 @@
+output "api_url" {
+  description = "OpenAI base URL: set OPENAI_BASE_URL to this."
+  value       = "${trimsuffix(aws_lambda_function_url.api.function_url, "/")}/v1"
+}
+
+output "relay_url" {
+  description = "The relay's WebSocket URL: workerd --relay (C0MPUTE_RELAY_URL)."
+  value       = aws_apigatewayv2_stage.relay.invoke_url
+}
+
+output "table_name" {
+  description = "The DynamoDB table."
+  value       = aws_dynamodb_table.main.name
+}
+
+output "keeper_function" {
+  description = "The keeper function's name, for manual runs (README)."
+  value       = aws_lambda_function.keeper.function_name
+}
+
+output "keeper_key_secret_arn" {
+  description = "Put the keeper's Solana keypair into this secret (README)."
+  value       = aws_secretsmanager_secret.keeper_key.arn
+}
+
+output "keeper_dead_letter_queue" {
+  description = "Scheduled keeper runs that failed every retry."
+  value       = aws_sqs_queue.keeper_dlq.url
+}

@@ -1,0 +1,131 @@
+variable "region" {
+  description = "AWS region to deploy to."
+  type        = string
+}
+
+variable "name" {
+  description = "Prefix of every resource name (table, functions, APIs, roles). Lower-case letters, digits and hyphens; two deployments in one account need two names."
+  type        = string
+  default     = "c0mpute"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,30}$", var.name))
+    error_message = "name: 2 to 31 lower-case letters, digits or hyphens, starting with a letter."
+  }
+}
+
+variable "tags" {
+  description = "Extra tags on every resource."
+  type        = map(string)
+  default     = {}
+}
+
+variable "lambda_dir" {
+  description = "Folder holding <function>.zip as written by scripts/build-lambdas (arm64), relative to this folder."
+  type        = string
+  default     = "../bin/lambda/arm64"
+}
+
+variable "stage" {
+  description = "Stage name of the relay's WebSocket API; part of the relay URL."
+  type        = string
+  default     = "prod"
+}
+
+variable "log_level" {
+  description = "Log level of the functions: debug, info, warn or error."
+  type        = string
+  default     = "info"
+
+  validation {
+    condition     = contains(["debug", "info", "warn", "error"], var.log_level)
+    error_message = "log_level: debug, info, warn or error."
+  }
+}
+
+variable "log_retention_days" {
+  description = "How long CloudWatch keeps the functions' logs, in days (a value CloudWatch accepts: 1, 3, 5, 7, 14, 30, 60, 90, …)."
+  type        = number
+  default     = 30
+}
+
+variable "api_reserved_concurrency" {
+  description = "Most API instances at once (each serves one request at a time). Caps the DynamoDB write rate the API can cause and the bill of a flood; requests beyond it get 429 from the Function URL. -1 leaves it unreserved."
+  type        = number
+  default     = 100
+}
+
+variable "relay_reserved_concurrency" {
+  description = "Most relay invocations at once. Each worker message is one invocation; the cap keeps a misbehaving worker fleet from eating the account's concurrency or flooding the table. -1 leaves it unreserved."
+  type        = number
+  default     = 200
+}
+
+variable "relay_throttle_rate" {
+  description = "WebSocket API steady-state message rate limit (messages per second, whole stage)."
+  type        = number
+  default     = 1000
+}
+
+variable "relay_throttle_burst" {
+  description = "WebSocket API burst limit (messages)."
+  type        = number
+  default     = 2000
+}
+
+variable "batch_window_ms" {
+  description = "Workers' chunk batching window in milliseconds: each worker message is a paid relay invocation, so tokens arriving within this window travel together."
+  type        = number
+  default     = 50
+}
+
+variable "rate_per_minute" {
+  description = "Requests per minute per API key; 0 keeps the code's default."
+  type        = number
+  default     = 0
+}
+
+variable "worker_share_percent" {
+  description = "Share of a request's price paid to the worker, percent; 0 keeps the code's default."
+  type        = number
+  default     = 0
+}
+
+variable "keeper_execute" {
+  description = "false: the keeper's scheduled runs are dry runs that log the plan and write nothing. true would let them record and send transactions, which needs a persistent ledger (C0MPUTE_KEEPER_LEDGER on an EFS mount) that this configuration does not provision yet."
+  type        = bool
+  default     = false
+
+  validation {
+    condition     = !var.keeper_execute
+    error_message = "keeper_execute: executing needs a persistent keeper ledger (EFS), not provisioned here yet; run --execute from the c0mpute-keeper CLI with its ledger file instead."
+  }
+}
+
+variable "keeper_config" {
+  description = "The keeper's settings (onchain/keepercli Config); Terraform adds the key (the keeper_key secret) and the ledger path. Program ids and mints are base58 public keys; pumpswap_pool is needed to execute the buyback."
+  type = object({
+    rpc_url          = string
+    staking_program  = string
+    rewards_program  = string
+    zero_mint        = string
+    usdc_mint        = string
+    pumpswap_pool    = optional(string)
+    slippage_bp      = optional(number)
+    priority_fee_cap = optional(number)
+    allowance_pool   = optional(number)
+    allowance_cap_bp = optional(number)
+  })
+}
+
+variable "alarm_topic_arn" {
+  description = "SNS topic the alarms notify; empty: alarms only change state (visible in the console)."
+  type        = string
+  default     = ""
+}
+
+variable "queue_age_alarm_seconds" {
+  description = "Alarm when the oldest queued job has waited this long (stuck queue: no worker for a model)."
+  type        = number
+  default     = 60
+}
