@@ -154,6 +154,21 @@ data "aws_iam_policy_document" "keeper" {
     actions   = ["secretsmanager:GetSecretValue"]
     resources = [aws_secretsmanager_secret.keeper_key.arn]
   }
+  # The keeper's ledger (store.Ledger) in the gateway's table, and the
+  # daily allowance it sets on accounts; it never scans.
+  statement {
+    sid = "Ledger"
+    actions = [
+      "dynamodb:BatchGetItem",
+      "dynamodb:ConditionCheckItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:Query",
+      "dynamodb:UpdateItem",
+    ]
+    resources = [aws_dynamodb_table.main.arn]
+  }
 }
 
 resource "aws_iam_role_policy" "keeper" {

@@ -166,6 +166,7 @@ resource "aws_lambda_function" "keeper" {
 
   environment {
     variables = {
+      C0MPUTE_DYNAMODB_TABLE = aws_dynamodb_table.main.name
       C0MPUTE_KEEPER_CONFIG  = jsonencode(var.keeper_config)
       C0MPUTE_KEEPER_KEY_ARN = aws_secretsmanager_secret.keeper_key.arn
       C0MPUTE_KEEPER_EXECUTE = tostring(var.keeper_execute)

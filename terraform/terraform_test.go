@@ -508,23 +508,27 @@ func methods[T any](service string) []string {
 // calls is what each function's code calls, from the interfaces it is
 // built on. The relay's store never serves Stats, the only user of Scan
 // and BatchGetItem (functions/store/dynamo/stats.go); ResetConnections
-// also scans but only the dev runner calls it. The keeper reads its key
+// also scans but only the dev runner calls it. The keeper's ledger uses the
+// store without Scan. The keeper reads its key
 // with keepercli.AWSSecrets from Secrets Manager (Terraform uses no ssm:
 // reference).
 func calls() map[string][]string {
 	store := methods[dynamo.Client]("dynamodb")
 	conns := methods[connections.API]("apigatewaymanagementapi")
 	secrets := methods[lambdaenv.SecretsClient]("secretsmanager")
-	var relayStore []string
+	var relayStore, ledger []string
 	for _, m := range store {
 		if m != "dynamodb.Scan" && m != "dynamodb.BatchGetItem" {
 			relayStore = append(relayStore, m)
+		}
+		if m != "dynamodb.Scan" { // the ledger (functions/store/dynamo/ledger.go) never scans
+			ledger = append(ledger, m)
 		}
 	}
 	return map[string][]string{
 		"api":    slices.Concat(store, conns, secrets, []string{logs}),
 		"relay":  slices.Concat(relayStore, conns, secrets, []string{logs}),
-		"keeper": {"secretsmanager.GetSecretValue", logs},
+		"keeper": slices.Concat(ledger, []string{"secretsmanager.GetSecretValue", logs}),
 	}
 }
 

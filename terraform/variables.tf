@@ -92,18 +92,13 @@ variable "worker_share_percent" {
 }
 
 variable "keeper_execute" {
-  description = "false: the keeper's scheduled runs are dry runs that log the plan and write nothing. true would let them record and send transactions, which needs a persistent ledger (C0MPUTE_KEEPER_LEDGER on an EFS mount) that this configuration does not provision yet."
+  description = "false: the keeper's scheduled runs are dry runs that log the plan and send nothing. true: they record every transfer in the ledger (in the gateway's table) before sending it, and send. Start with false, read the plans in the keeper's logs, then switch."
   type        = bool
   default     = false
-
-  validation {
-    condition     = !var.keeper_execute
-    error_message = "keeper_execute: executing needs a persistent keeper ledger (EFS), not provisioned here yet; run --execute from the c0mpute-keeper CLI with its ledger file instead."
-  }
 }
 
 variable "keeper_config" {
-  description = "The keeper's settings (onchain/keepercli Config); Terraform adds the key (the keeper_key secret) and the ledger path. Program ids and mints are base58 public keys; pumpswap_pool is needed to execute the buyback."
+  description = "The keeper's settings (onchain/keepercli Config); Terraform adds the key (the keeper_key secret); the ledger is the gateway's table. Program ids and mints are base58 public keys; pumpswap_pool is needed to execute the buyback."
   type = object({
     rpc_url          = string
     staking_program  = string

@@ -29,3 +29,21 @@ func TestStoreConformance(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) store.Store { return dynamotest.Store(t) })
 	})
 }
+
+// TestLedgerConformance runs the keeper ledger's suite against every store.
+func TestLedgerConformance(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) {
+		storetest.RunLedger(t, func(t *testing.T) storetest.LedgerStore {
+			s, err := embedded.Open(t.TempDir()+"/c0.db", embedded.WithNoSync())
+			if err != nil {
+				t.Fatalf("open embedded store: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		dynamotest.Endpoint(t)
+		storetest.RunLedger(t, func(t *testing.T) storetest.LedgerStore { return dynamotest.Store(t) })
+	})
+}

@@ -91,6 +91,11 @@ type Transfer struct {
 	Updated time.Time `json:"updated"`
 }
 
+// MaxTransfersPerAdd is the most transfers one AddTransfers call takes: with
+// their index entries and the run's count they fit one DynamoDB transaction
+// (100 items).
+const MaxTransfersPerAdd = 49
+
 // Ledger is the keeper's crash-safe record. Every method is one atomic
 // write (or read).
 type Ledger interface {
@@ -107,7 +112,7 @@ type Ledger interface {
 	// AddTransfers stores planned transfers of a planning run (State
 	// TransferPlanned, Run set). ErrConflict if the run is sealed or done;
 	// ErrExists if a key is already stored (in this run or another): a
-	// key is never reused.
+	// key is never reused. At most MaxTransfersPerAdd transfers a call.
 	AddTransfers(ctx context.Context, run string, ts []Transfer, at time.Time) error
 	// SealPlan fixes the plan: ErrConflict unless the run is planning and
 	// holds exactly count transfers (a plan written only in part is never

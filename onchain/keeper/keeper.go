@@ -262,7 +262,7 @@ func (k *Keeper) seal(ctx context.Context, run string, ts []store.Transfer, sum 
 	}
 	// Chunks keep each ledger write small (DynamoDB transactions hold at
 	// most 100 items).
-	const chunk = 50
+	const chunk = store.MaxTransfersPerAdd
 	for i := 0; i < len(ts); i += chunk {
 		if err := k.Ledger.AddTransfers(ctx, run, ts[i:min(i+chunk, len(ts))], now); err != nil {
 			return err
@@ -360,8 +360,8 @@ func (k *Keeper) sealRaw(ctx context.Context, run string, ts []store.Transfer, s
 	if err := k.Ledger.ResetPlan(ctx, run); err != nil {
 		return err
 	}
-	for i := 0; i < len(ts); i += 50 {
-		if err := k.Ledger.AddTransfers(ctx, run, ts[i:min(i+50, len(ts))], now); err != nil {
+	for i := 0; i < len(ts); i += store.MaxTransfersPerAdd {
+		if err := k.Ledger.AddTransfers(ctx, run, ts[i:min(i+store.MaxTransfersPerAdd, len(ts))], now); err != nil {
 			return err
 		}
 	}

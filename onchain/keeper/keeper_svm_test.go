@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/c0mpute/c0mpute/clients/zerostaking"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
+	"github.com/c0mpute/c0mpute/infra/dynamotest"
 	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/chain"
 	"github.com/c0mpute/c0mpute/onchain/keeper"
@@ -103,7 +105,7 @@ type world struct {
 	e        *svmtest.Env
 	kp       solana.PrivateKey
 	cfg      onchain.Config
-	ledger   *embedded.Store
+	ledger   store.Ledger
 	swap     *svmtest.FixedPriceSwap
 	stakers  []solana.PublicKey
 	compound []solana.PublicKey
@@ -154,13 +156,25 @@ func newWorld(t testing.TB, e *svmtest.Env, compounders bool, failSwap bool) *wo
 	for _, amt := range []uint64{2_500_000, 999_999, 1_000_000} {
 		w.workers = append(w.workers, keeper.Share{Owner: svmtest.NewKey(t).PublicKey(), Amount: amt})
 	}
-	var err error
-	if w.ledger, err = embedded.Open(t.TempDir()+"/ledger.db", embedded.WithNoSync()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.ledger.Close() })
+	w.ledger = openLedger(t)
 	w.supply0 = e.MintSupply(t, w.cfg.ZeroMint)
 	return w
+}
+
+// openLedger opens the ledger the keeper runs on: the embedded store, or
+// with C0MPUTE_STORE=dynamodb a fresh table on DynamoDB Local (scripts/test
+// runs these tests both ways).
+func openLedger(t testing.TB) store.Ledger {
+	t.Helper()
+	if os.Getenv("C0MPUTE_STORE") == "dynamodb" {
+		return dynamotest.Store(t)
+	}
+	l, err := embedded.Open(t.TempDir()+"/ledger.db", embedded.WithNoSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 func (w *world) keeper(c *crashPoint) *keeper.Keeper {

@@ -28,6 +28,8 @@ import (
 	"github.com/gagliardetto/solana-go/rpc"
 	"github.com/go-playground/validator/v10"
 
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/chain"
@@ -42,7 +44,9 @@ type Config struct {
 	RewardsProgram string `json:"rewards_program" validate:"required,pubkey"`
 	ZeroMint       string `json:"zero_mint" validate:"required,pubkey"`
 	USDCMint       string `json:"usdc_mint" validate:"required,pubkey"`
-	// Store is the embedded ledger file.
+	// Store is the ledger: a file path (the embedded store) or
+	// "dynamodb:TABLE" (DynamoDB, at C0MPUTE_DYNAMODB_ENDPOINT or through
+	// the usual AWS configuration).
 	Store string `json:"store" validate:"required"`
 	// Key is where the keeper's signing key lives: file:PATH,
 	// secretsmanager:SECRET-ID or ssm:PARAMETER-NAME. The keeper's wallet
@@ -67,6 +71,26 @@ var validate = func() *validator.Validate {
 	})
 	return v
 }()
+
+// ledger is the store the keeper records its runs in.
+type ledger interface {
+	store.Ledger
+	Close() error
+}
+
+// openLedger opens the ledger a configuration's store names.
+func openLedger(ctx context.Context, where string) (ledger, error) {
+	if table, ok := strings.CutPrefix(where, "dynamodb:"); ok {
+		// The table exists (Terraform, or the dev runner, made it): the
+		// keeper needs no right to describe or create tables.
+		db, err := dynamo.NewClient(ctx, dynamo.ConfigFromEnv())
+		if err != nil {
+			return nil, err
+		}
+		return dynamo.New(db, table), nil
+	}
+	return embedded.Open(where)
+}
 
 // LoadConfig reads and validates a configuration file.
 func LoadConfig(path string) (Config, error) {
@@ -237,7 +261,7 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 			return fmt.Errorf("-at: %w", err)
 		}
 	}
-	st, err := embedded.Open(cfg.Store)
+	st, err := openLedger(ctx, cfg.Store)
 	if err != nil {
 		return err
 	}

@@ -146,6 +146,9 @@ func (s *Store) ResetPlan(ctx context.Context, run string) error {
 
 // AddTransfers implements store.Ledger.
 func (s *Store) AddTransfers(ctx context.Context, run string, ts []store.Transfer, at time.Time) error {
+	if len(ts) > store.MaxTransfersPerAdd {
+		return fmt.Errorf("embedded: add transfers to %s: %d transfers in one call, at most %d", run, len(ts), store.MaxTransfersPerAdd)
+	}
 	for _, t := range ts {
 		if t.Key == "" || t.Amount <= 0 || t.Seq < 0 {
 			return fmt.Errorf("embedded: add transfers to %s: transfer %q needs a key, a positive amount and a seq", run, t.Key)

@@ -155,6 +155,40 @@ var ledgerTests = []struct {
 			t.Fatal("zero amount accepted")
 		}
 	}},
+	{"LargePlan", func(t *testing.T, l LedgerStore) {
+		ctx := context.Background()
+		if _, _, err := l.StartRun(ctx, store.KeeperRun{ID: "r", Created: lt0}); err != nil {
+			t.Fatal(err)
+		}
+		ts := transfers("r", 3*store.MaxTransfersPerAdd+5)
+		if err := l.AddTransfers(ctx, "r", ts[:store.MaxTransfersPerAdd+1], lt0); err == nil {
+			t.Fatal("AddTransfers took more than MaxTransfersPerAdd")
+		}
+		if got := byKey(t, l, "r"); len(got) != 0 {
+			t.Fatalf("a refused AddTransfers stored %d transfers", len(got))
+		}
+		for i := 0; i < len(ts); i += store.MaxTransfersPerAdd {
+			if err := l.AddTransfers(ctx, "r", ts[i:min(i+store.MaxTransfersPerAdd, len(ts))], lt0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := byKey(t, l, "r"); len(got) != len(ts) {
+			t.Fatalf("%d transfers stored, want %d", len(got), len(ts))
+		}
+		// A reset of a plan larger than one write removes all of it.
+		if err := l.ResetPlan(ctx, "r"); err != nil {
+			t.Fatal(err)
+		}
+		if got := byKey(t, l, "r"); len(got) != 0 {
+			t.Fatalf("after ResetPlan: %d transfers", len(got))
+		}
+		if err := l.AddTransfers(ctx, "r", ts[:2], lt0); err != nil {
+			t.Fatalf("keys are free again after a reset: %v", err)
+		}
+		if err := l.SealPlan(ctx, "r", 2, "", lt0); err != nil {
+			t.Fatalf("seal counts only what is stored now: %v", err)
+		}
+	}},
 	{"SendAndSettle", func(t *testing.T, l LedgerStore) {
 		ctx := context.Background()
 		if _, _, err := l.StartRun(ctx, store.KeeperRun{ID: "r", Created: lt0}); err != nil {

@@ -5,9 +5,10 @@
 // CLI would, returning the plan.
 //
 // Dry run by default. Executing needs both C0MPUTE_KEEPER_EXECUTE=true and
-// a persistent ledger (C0MPUTE_KEEPER_LEDGER): the ledger is what makes a
-// retried run resume instead of paying twice, and Lambda's /tmp does not
-// survive the instance.
+// a persistent ledger — the gateway's DynamoDB table (C0MPUTE_DYNAMODB_TABLE,
+// as deployed) or a file on persistent storage (C0MPUTE_KEEPER_LEDGER): the
+// ledger is what makes a retried run resume instead of paying twice, and
+// Lambda's /tmp does not survive the instance.
 package keeperfn
 
 import (
@@ -39,8 +40,12 @@ const (
 	// EnvExecute is "true" to let runs record and send; anything else is
 	// a dry run.
 	EnvExecute = "C0MPUTE_KEEPER_EXECUTE"
-	// EnvLedger is the ledger file on persistent storage (an EFS mount);
-	// unset, the ledger lives in /tmp and only dry runs are allowed.
+	// EnvTable is the gateway's DynamoDB table, where the ledger lives in
+	// AWS.
+	EnvTable = "C0MPUTE_DYNAMODB_TABLE"
+	// EnvLedger is a ledger file on persistent storage instead (an EFS
+	// mount); with neither set, the ledger lives in /tmp and only dry runs
+	// are allowed.
 	EnvLedger = "C0MPUTE_KEEPER_LEDGER"
 	// EnvLogLevel is the log level.
 	EnvLogLevel = "C0MPUTE_LOG_LEVEL"
@@ -135,6 +140,12 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	execute := getenv(EnvExecute) == "true"
 	ledger := getenv(EnvLedger)
+	if table := getenv(EnvTable); table != "" {
+		if ledger != "" {
+			return Config{}, fmt.Errorf("keeperfn: set %s or %s, not both", EnvTable, EnvLedger)
+		}
+		ledger = "dynamodb:" + table // the gateway's table: persistent, shared by every instance
+	}
 	if execute && (ledger == "" || strings.HasPrefix(filepath.Clean(ledger), "/tmp/")) {
 		return Config{}, fmt.Errorf("keeperfn: %s=true needs %s on persistent storage: a ledger in /tmp is lost with the instance, and a retried run would pay twice", EnvExecute, EnvLedger)
 	}
