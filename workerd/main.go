@@ -1,9 +1,11 @@
 // Command workerd is the c0mpute contributor daemon: it connects a local
-// inference server (Ollama, or any OpenAI-compatible server) to the network
-// over the relay and serves jobs for USDC.
+// inference server (Ollama, any OpenAI-compatible server, or its own
+// built-in GGUF engine) to the network over the relay and serves jobs for
+// USDC.
 //
-//	workerd init              create the identity keypair (payout wallet)
-//	workerd [run] [flags]     connect and serve until SIGINT/SIGTERM
+//	workerd init                             create the identity keypair (payout wallet)
+//	workerd [run] [flags]                    connect and serve until SIGINT/SIGTERM
+//	workerd shard plan|accept|verify|sign    sharded-ring tools (functions/shard/README.md)
 //	workerd version
 package main
 
@@ -19,16 +21,21 @@ import (
 
 	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/backend"
+	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
 	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 	"github.com/c0mpute/c0mpute/workerd/backend/openaicompat"
 	"github.com/c0mpute/c0mpute/workerd/config"
 	"github.com/c0mpute/c0mpute/workerd/identity"
+	"github.com/c0mpute/c0mpute/workerd/shardcmd"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "shard" {
+		os.Exit(shardcmd.Main(os.Args[2:], shardcmd.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}))
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "workerd:", err)
 		os.Exit(1)
@@ -64,6 +71,13 @@ func run(args []string) error {
 	switch cfg.Backend {
 	case "ollama":
 		be = ollama.New(cfg.BackendURL)
+	case builtin.Name:
+		b, err := builtin.New(cfg.GGUF, builtin.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		be = b
 	default:
 		opts := []openaicompat.Option{openaicompat.WithAPIKey(cfg.BackendKey)}
 		if cfg.DeveloperRole {
@@ -72,7 +86,7 @@ func run(args []string) error {
 		be = openaicompat.New(cfg.BackendURL, opts...)
 	}
 	log.Info("workerd starting", "version", version, "wallet", identity.Address(key), "relay", cfg.RelayURL,
-		"backend", cfg.Backend, "backend_url", cfg.BackendURL)
+		"backend", cfg.Backend, "backend_url", cfg.BackendURL, "gguf", cfg.GGUF)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{RelayURL: cfg.RelayURL, Token: cfg.Token, Key: key, Backend: be,

@@ -22,9 +22,16 @@ import (
 // TensorType is a ggml tensor element type, as GGUF numbers them.
 type TensorType uint32
 
-// Supported tensor types. Only F32 is written so far; F16 and Q8_0 fit the
-// same shape (an element encoder and a block size).
-const F32 TensorType = 0
+// Supported tensor types (ggml's numbering). The quantized ones are
+// encoded by quantize.go; Q4_K and Q6_K need rows that are a multiple of
+// 256 elements (Embedding and FeedForward).
+const (
+	F32  TensorType = 0
+	F16  TensorType = 1
+	Q8_0 TensorType = 8
+	Q4_K TensorType = 12
+	Q6_K TensorType = 14
+)
 
 // Options shapes the model. Zero fields take the defaults in brackets.
 type Options struct {
@@ -37,7 +44,19 @@ type Options struct {
 	FeedForward int        // llama.feed_forward_length [128]
 	Context     int        // llama.context_length [256]
 	Words       []string   // word pieces, without the "▁" [DefaultWords]
-	Type        TensorType // type of the 2-D weight matrices [F32]
+	Type        TensorType // type of the 2-D weight matrices [F32]; Q4_K writes a Q4_K_M-style mix (see weightType)
+	// Arch is general.architecture ["llama"]; "qwen2" adds the Q, K and V
+	// biases and makes engines use NeoX-style RoPE.
+	Arch string
+	// BPE, when set, replaces the SentencePiece vocabulary with a
+	// byte-level BPE one (bpe.go).
+	BPE *BPE
+	// Vocabulary, when set, replaces the vocabulary with a given one, e.g. a
+	// real model's (bpe.go).
+	Vocabulary *Vocabulary
+	// ChatTemplate, when set, is written as tokenizer.chat_template with
+	// the SentencePiece vocabulary (a BPE vocabulary carries its own).
+	ChatTemplate string
 }
 
 // DefaultWords are the word pieces of the default vocabulary.
@@ -81,6 +100,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Name == "" {
 		o.Name = "c0mpute-tiny"
 	}
+	if o.Arch == "" {
+		o.Arch = "llama"
+	}
 	if o.Words == nil {
 		o.Words = DefaultWords
 	}
@@ -91,8 +113,11 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("testmodel: embedding %d must split into %d heads of even size", o.Embedding, o.Heads)
 	case o.Heads%o.KVHeads != 0:
 		return o, fmt.Errorf("testmodel: %d heads are not a multiple of %d KV heads", o.Heads, o.KVHeads)
-	case o.Type != F32:
-		return o, fmt.Errorf("testmodel: tensor type %d is not supported yet", o.Type)
+	case o.Arch != "llama" && o.Arch != "qwen2":
+		return o, fmt.Errorf("testmodel: architecture %q (llama or qwen2)", o.Arch)
+	}
+	if err := checkType(o.Type, o.Embedding, o.FeedForward); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -143,25 +168,30 @@ func Write(w io.Writer, o Options) error {
 		return err
 	}
 	toks, scores, types := vocab(o.Words)
+	bpe, custom := o.customVocab()
+	if custom {
+		toks, types = bpe.tokens, bpe.types
+	}
 	nv, ne, nff := len(toks), o.Embedding, o.FeedForward
 	headDim := ne / o.Heads
 	nkv := headDim * o.KVHeads
 
+	a := o.Arch + "."
 	kvs := []kv{
-		{"general.architecture", "llama"},
+		{"general.architecture", o.Arch},
 		{"general.name", o.Name},
-		{"general.file_type", uint32(0)}, // all F32
+		{"general.file_type", fileType(o.Type)},
 		{"general.alignment", uint32(alignment)},
-		{"llama.context_length", uint32(o.Context)},
-		{"llama.embedding_length", uint32(ne)},
-		{"llama.block_count", uint32(o.Layers)},
-		{"llama.feed_forward_length", uint32(nff)},
-		{"llama.attention.head_count", uint32(o.Heads)},
-		{"llama.attention.head_count_kv", uint32(o.KVHeads)},
-		{"llama.attention.layer_norm_rms_epsilon", float32(1e-5)},
-		{"llama.rope.dimension_count", uint32(headDim)},
-		{"llama.rope.freq_base", float32(10000)},
-		{"llama.vocab_size", uint32(nv)},
+		{a + "context_length", uint32(o.Context)},
+		{a + "embedding_length", uint32(ne)},
+		{a + "block_count", uint32(o.Layers)},
+		{a + "feed_forward_length", uint32(nff)},
+		{a + "attention.head_count", uint32(o.Heads)},
+		{a + "attention.head_count_kv", uint32(o.KVHeads)},
+		{a + "attention.layer_norm_rms_epsilon", float32(1e-5)},
+		{a + "rope.dimension_count", uint32(headDim)},
+		{a + "rope.freq_base", float32(10000)},
+		{a + "vocab_size", uint32(nv)},
 		{"tokenizer.ggml.model", "llama"},
 		{"tokenizer.ggml.tokens", toks},
 		{"tokenizer.ggml.scores", scores},
@@ -171,6 +201,12 @@ func Write(w io.Writer, o Options) error {
 		{"tokenizer.ggml.eos_token_id", uint32(EOSID)},
 		{"tokenizer.ggml.add_bos_token", true},
 		{"tokenizer.ggml.add_eos_token", false},
+	}
+	if custom {
+		kvs = append(withoutTokenizer(kvs), bpe.kvs...)
+	}
+	if o.ChatTemplate != "" && o.BPE == nil {
+		kvs = append(kvs, kv{"tokenizer.chat_template", o.ChatTemplate})
 	}
 
 	// Weights, in a fixed order from one PRNG stream. Dims are GGUF order:
@@ -191,7 +227,7 @@ func Write(w io.Writer, o Options) error {
 		return v
 	}
 	linear := func(name string, in, out int) tensor { // unit-variance preserving
-		return tensor{name, []uint64{uint64(in), uint64(out)}, o.Type, uniform(in*out, math.Sqrt(3/float64(in)))}
+		return tensor{name, []uint64{uint64(in), uint64(out)}, weightType(o.Type, name), uniform(in*out, math.Sqrt(3/float64(in)))}
 	}
 	ts := []tensor{{"token_embd.weight", []uint64{uint64(ne), uint64(nv)}, o.Type, uniform(ne*nv, 1)}}
 	for l := 0; l < o.Layers; l++ {
@@ -207,6 +243,13 @@ func Write(w io.Writer, o Options) error {
 			linear(p+"ffn_up.weight", ne, nff),
 			linear(p+"ffn_down.weight", nff, ne),
 		)
+		if o.Arch == "qwen2" {
+			ts = append(ts,
+				tensor{p + "attn_q.bias", []uint64{uint64(ne)}, F32, uniform(ne, 0.5)},
+				tensor{p + "attn_k.bias", []uint64{uint64(nkv)}, F32, uniform(nkv, 0.5)},
+				tensor{p + "attn_v.bias", []uint64{uint64(nkv)}, F32, uniform(nkv, 0.5)},
+			)
+		}
 	}
 	// Logits with a standard deviation of about 6 keep greedy choices far
 	// apart, so every engine picks the same token despite rounding.
@@ -215,7 +258,7 @@ func Write(w io.Writer, o Options) error {
 		out.data[i] *= 6
 	}
 	for id, typ := range types {
-		if typ != tokNormal || len([]rune(toks[id])) == 1 { // control, byte, ▁ and letters
+		if custom && !bpe.keep[id] || !custom && (typ != tokNormal || len([]rune(toks[id])) == 1) { // control, byte, ▁ and letters
 			clear(out.data[id*ne : (id+1)*ne])
 		}
 	}
@@ -237,15 +280,10 @@ type tensor struct {
 }
 
 // size is the tensor's encoded size in bytes.
-func (t tensor) size() uint64 { return uint64(len(t.data)) * 4 }
+func (t tensor) size() uint64 { return encodedSize(t.typ, len(t.data)) }
 
 // appendData encodes the elements in the tensor's type.
-func (t tensor) appendData(b []byte) []byte {
-	for _, f := range t.data {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
-	}
-	return b
-}
+func (t tensor) appendData(b []byte) []byte { return appendEncoded(b, t.typ, t.data) }
 
 // GGUF metadata value types.
 const (

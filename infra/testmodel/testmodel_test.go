@@ -277,12 +277,68 @@ func TestBadOptions(t *testing.T) {
 		{Embedding: 60, Heads: 8},   // not divisible
 		{Embedding: 64, Heads: 64},  // odd head size (1)
 		{Heads: 4, KVHeads: 3},      // not a multiple
-		{Type: 1},                   // F16 not yet
+		{Type: 2},                   // Q4_0: not written
+		{Type: Q4_K},                // rows of 64, not a multiple of 256
+		{Arch: "gpt2"},              // not llama-family
 		{Embedding: -64, Heads: -4}, // negative
 		{FeedForward: -1},           // negative
 	} {
 		if _, err := Bytes(o); err == nil {
 			t.Errorf("%+v: no error", o)
+		}
+	}
+}
+
+func TestWriteFile(t *testing.T) {
+	path := t.TempDir() + "/demo.gguf"
+	for i := 0; i < 2; i++ { // the second call finds the same bytes
+		if err := WriteFile(path, Demo()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Bytes(Demo())
+	if !bytes.Equal(b, want) {
+		t.Fatal("file differs from Bytes")
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode())
+	}
+}
+
+// TestQuantizedTypes: every type writes, with the sizes GGUF defines,
+// and the Q4_K mix puts output and ffn_down in Q6_K.
+func TestQuantizedTypes(t *testing.T) {
+	for _, c := range []struct {
+		typ      TensorType
+		rowBytes int // bytes of a 256-element row
+		outType  uint32
+	}{{F32, 1024, 0}, {F16, 512, 1}, {Q8_0, 272, 8}, {Q4_K, 144, 14}, {Q6_K, 210, 14}} {
+		b, err := Bytes(Options{Seed: 1, Type: c.typ, Embedding: 256, FeedForward: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ti := range g.tensors {
+			switch {
+			case ti.name == "blk.0.attn_q.weight":
+				if ti.typ != uint32(c.typ) {
+					t.Errorf("%d: attn_q type %d", c.typ, ti.typ)
+				}
+			case ti.name == "output.weight":
+				if ti.typ != c.outType {
+					t.Errorf("%d: output type %d, want %d", c.typ, ti.typ, c.outType)
+				}
+			}
+		}
+		if got := encodedSize(c.typ, 256); got != uint64(c.rowBytes) {
+			t.Errorf("%d: row of 256 is %d bytes, want %d", c.typ, got, c.rowBytes)
 		}
 	}
 }

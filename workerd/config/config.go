@@ -29,10 +29,14 @@ type Config struct {
 	Token string `json:"token" validate:"required,startswith=cwt_"`
 	// KeyFile is the identity keypair; default <Home>/worker-key.json.
 	KeyFile string `json:"key_file" validate:"required"`
-	// Backend is "ollama" or "openai" (any OpenAI-compatible server).
-	Backend string `json:"backend" validate:"required,oneof=ollama openai"`
-	// BackendURL is the inference server's base URL.
-	BackendURL string `json:"backend_url" validate:"required,url"`
+	// Backend is "ollama", "openai" (any OpenAI-compatible server) or
+	// "builtin" (workerd's own engine on a GGUF file).
+	Backend string `json:"backend" validate:"required,oneof=ollama openai builtin"`
+	// BackendURL is the inference server's base URL (not used by builtin).
+	BackendURL string `json:"backend_url" validate:"required_unless=Backend builtin,omitempty,url"`
+	// GGUF is the model file the builtin backend serves, under its file
+	// name without ".gguf".
+	GGUF string `json:"gguf,omitempty" validate:"required_if=Backend builtin"`
 	// BackendKey is an optional API key for an OpenAI-compatible server.
 	BackendKey string `json:"backend_key,omitempty"`
 	// DeveloperRole passes developer messages to an OpenAI-compatible
@@ -55,6 +59,7 @@ const (
 	EnvBackend       = "C0MPUTE_BACKEND"
 	EnvBackendURL    = "C0MPUTE_BACKEND_URL"
 	EnvBackendKey    = "C0MPUTE_BACKEND_KEY"
+	EnvGGUF          = "C0MPUTE_GGUF"
 	EnvModels        = "C0MPUTE_MODELS"
 	EnvDeveloperRole = "C0MPUTE_DEVELOPER_ROLE"
 	EnvLogLevel      = "C0MPUTE_LOG_LEVEL"
@@ -123,7 +128,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		relay      = flags.String("relay", "", "relay WebSocket URL (env "+EnvRelayURL+")")
 		token      = flags.String("token", "", "worker token cwt_… (env "+EnvToken+")")
 		keyFile    = flags.String("key", "", "identity keypair file (env "+EnvKeyFile+", default <home>/worker-key.json)")
-		backend    = flags.String("backend", "", "ollama or openai (env "+EnvBackend+", default ollama)")
+		backend    = flags.String("backend", "", "ollama, openai or builtin (env "+EnvBackend+", default ollama)")
+		ggufPath   = flags.String("gguf", "", "GGUF model file for the builtin backend (env "+EnvGGUF+")")
 		backendURL = flags.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")")
 		backendKey = flags.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")")
 		developer  = flags.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)")
@@ -151,6 +157,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	c.KeyFile = first(*keyFile, getenv(EnvKeyFile), c.KeyFile, filepath.Join(c.Home, "worker-key.json"))
 	c.Backend = first(*backend, getenv(EnvBackend), c.Backend)
 	c.BackendKey = first(*backendKey, getenv(EnvBackendKey), c.BackendKey)
+	c.GGUF = first(*ggufPath, getenv(EnvGGUF), c.GGUF)
 	c.LogLevel = first(*logLevel, getenv(EnvLogLevel), c.LogLevel)
 	defaultURL := ""
 	if c.Backend == "ollama" {

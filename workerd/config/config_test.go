@@ -228,6 +228,7 @@ func TestErrors(t *testing.T) {
 		{"no token", []string{"--relay", "ws://relay/"}, nil, "", "Token"},
 		{"unknown backend", append([]string{"--backend", "vllm"}, ok...), nil, "", "Backend"},
 		{"openai without URL", append([]string{"--backend", "openai"}, ok...), nil, "", "BackendURL"},
+		{"builtin without a GGUF file", append([]string{"--backend", "builtin"}, ok...), nil, "", "GGUF"},
 		{"bad backend URL", append([]string{"--backend-url", "not a url"}, ok...), nil, "", "BackendURL"},
 		{"bad log level", ok, map[string]string{config.EnvLogLevel: "loud"}, "", "LogLevel"},
 		{"bad models", ok, map[string]string{config.EnvModels: "a=b,=c"}, "", "models"},

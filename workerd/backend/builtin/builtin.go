@@ -1,0 +1,308 @@
+// Package builtin is workerd's backend on its own engine
+// (workerd/engine): it serves one GGUF file, memory-mapped, with the
+// file's tokenizer and chat template, on the CPU, with no inference
+// server to install.
+//
+// The model id is the file name without ".gguf" unless WithModelID says
+// otherwise. Requests run one at a time (a second waits, or gives up
+// when its context ends); a single generation already uses every core.
+//
+// Supported request fields: messages (text), max_tokens /
+// max_completion_tokens, stop, temperature, top_p, seed. There is no
+// repetition penalty (OpenAI's presence and frequency penalties are
+// refused unless 0), tools and images are refused with a clear error,
+// and response_format other than "text" is refused: the engine has no
+// constrained decoding.
+package builtin
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/workerd/backend"
+	"github.com/c0mpute/c0mpute/workerd/engine"
+	"github.com/c0mpute/c0mpute/workerd/engine/chattemplate"
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+	"github.com/c0mpute/c0mpute/workerd/engine/sample"
+	"github.com/c0mpute/c0mpute/workerd/engine/tokenizer"
+)
+
+// Name is the backend kind.
+const Name = "builtin"
+
+// Backend serves one GGUF model with the built-in engine.
+type Backend struct {
+	id    string
+	file  *gguf.File
+	model *engine.Model
+	tok   *tokenizer.Tokenizer
+	tmpl  *chattemplate.Template
+	log   *slog.Logger
+	busy  chan struct{} // one generation at a time; Close takes it for good
+	// closed is closed by Close, which closeOnce guards.
+	closed    chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type options struct {
+	id      string
+	workers int
+	log     *slog.Logger
+}
+
+// Option configures New.
+type Option func(*options)
+
+// WithModelID sets the model id served (default: the file name without
+// ".gguf").
+func WithModelID(id string) Option { return func(o *options) { o.id = id } }
+
+// WithWorkers sets how many goroutines a matrix product uses (default
+// GOMAXPROCS).
+func WithWorkers(n int) Option { return func(o *options) { o.workers = n } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// ModelID is the id a file is served under by default: its name without
+// the directory and the ".gguf" extension.
+func ModelID(path string) string {
+	return strings.TrimSuffix(filepath.Base(path), ".gguf")
+}
+
+// New opens and maps the GGUF file at path and prepares its tokenizer
+// and chat template. Close releases the mapping.
+func New(path string, opts ...Option) (*Backend, error) {
+	o := options{id: ModelID(path), log: slog.Default()}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.id == "" {
+		return nil, fmt.Errorf("builtin: empty model id for %s", path)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("builtin: %w", err)
+	}
+	b, err := newBackend(f, o)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("builtin: %s: %w", path, err)
+	}
+	return b, nil
+}
+
+func newBackend(f *gguf.File, o options) (*Backend, error) {
+	m, err := engine.Load(f, o.workers)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.FromMetadata(f.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if tok.VocabSize() > m.Config().Vocab {
+		return nil, fmt.Errorf("tokenizer has %d tokens, the model %d rows", tok.VocabSize(), m.Config().Vocab)
+	}
+	tmpl, err := chattemplate.FromMetadata(f.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	if tmpl.IsDefault() {
+		o.log.Info("builtin: the model file has no chat template; using the ChatML fallback", "model", o.id)
+	}
+	c := m.Config()
+	o.log.Info("builtin: model loaded", "model", o.id, "arch", c.Arch, "layers", c.Layers, "hidden", c.Embd, "vocab", c.Vocab, "context", c.Context)
+	return &Backend{id: o.id, file: f, model: m, tok: tok, tmpl: tmpl, log: o.log, busy: make(chan struct{}, 1), closed: make(chan struct{})}, nil
+}
+
+// ErrClosed is returned by Chat after Close.
+var ErrClosed = errors.New("builtin: backend closed")
+
+// Close waits for a running generation to end, then unmaps the model
+// file; later Chats fail with ErrClosed.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		close(b.closed)
+		b.busy <- struct{}{} // never released: no generation starts again
+		b.closeErr = b.file.Close()
+	})
+	return b.closeErr
+}
+
+// Name is "builtin".
+func (b *Backend) Name() string { return Name }
+
+// Model is the loaded model (for its shape and the sharding API).
+func (b *Backend) Model() *engine.Model { return b.model }
+
+// Models lists the one model served.
+func (b *Backend) Models(context.Context) ([]string, error) { return []string{b.id}, nil }
+
+// ErrRequest is wrapped by errors about requests the backend cannot serve.
+var ErrRequest = errors.New("builtin: unsupported request")
+
+// Chat generates a reply; see backend.Backend.
+func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (backend.Result, error) {
+	if model != b.id {
+		return backend.Result{}, fmt.Errorf("%w: model %q is not served (this backend serves %q)", ErrRequest, model, b.id)
+	}
+	prompt, err := b.prompt(req)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	smp, err := sampler(req)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	ctxLen := b.model.Config().Context
+	if len(prompt) >= ctxLen {
+		return backend.Result{}, fmt.Errorf("%w: the prompt is %d tokens, the model's context %d", ErrRequest, len(prompt), ctxLen)
+	}
+	select {
+	case b.busy <- struct{}{}:
+		defer func() { <-b.busy }()
+	case <-ctx.Done():
+		return backend.Result{}, ctx.Err()
+	case <-b.closed:
+		return backend.Result{}, ErrClosed
+	}
+	select {
+	case <-b.closed: // Close began while this request waited
+		return backend.Result{}, ErrClosed
+	default:
+	}
+	return b.generate(ctx, prompt, req, smp, emit)
+}
+
+// prompt renders the chat with the file's template and tokenizes it as
+// llama.cpp's server does (special tokens parsed, BOS per the file).
+func (b *Backend) prompt(req *oaiwire.ChatRequest) ([]int32, error) {
+	switch {
+	case len(req.Tools) > 0:
+		return nil, fmt.Errorf("%w: tools (the built-in engine does not parse tool calls)", ErrRequest)
+	case req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text":
+		return nil, fmt.Errorf("%w: response_format %q (no constrained decoding)", ErrRequest, req.ResponseFormat.Type)
+	case req.PresencePenalty != nil && *req.PresencePenalty != 0, req.FrequencyPenalty != nil && *req.FrequencyPenalty != 0:
+		return nil, fmt.Errorf("%w: presence and frequency penalties", ErrRequest)
+	}
+	msgs := make([]chattemplate.Message, 0, len(req.Messages))
+	for i, m := range req.Messages {
+		if len(m.Content.Images()) > 0 {
+			return nil, fmt.Errorf("%w: messages[%d] has an image (text models only)", ErrRequest, i)
+		}
+		if len(m.ToolCalls) > 0 || m.Role == "tool" {
+			return nil, fmt.Errorf("%w: messages[%d]: tool calls", ErrRequest, i)
+		}
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		msgs = append(msgs, chattemplate.Message{Role: role, Content: m.Content.String(), Name: m.Name})
+	}
+	text, err := b.tmpl.Render(msgs, chattemplate.Options{AddGenerationPrompt: true, TrimBOS: b.tok.AddBOS()})
+	if err != nil {
+		return nil, fmt.Errorf("builtin: chat template: %w", err)
+	}
+	toks := b.tok.Encode(text, true, true)
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("%w: empty prompt", ErrRequest)
+	}
+	return toks, nil
+}
+
+// sampler follows OpenAI's defaults: temperature 1, top_p 1, a random
+// seed unless one is given.
+func sampler(req *oaiwire.ChatRequest) (*sample.Sampler, error) {
+	p := sample.Params{Temperature: 1, TopP: 1}
+	if req.Temperature != nil {
+		p.Temperature = float32(*req.Temperature)
+	}
+	if req.TopP != nil {
+		// sample's TopP 0 means "no filter"; OpenAI's top_p 0 means "only
+		// the most likely token", which a tiny positive value keeps.
+		p.TopP = max(float32(*req.TopP), 1e-6)
+	}
+	if req.Seed != nil {
+		p.Seed = uint64(*req.Seed)
+	} else {
+		var s [8]byte
+		_, _ = rand.Read(s[:])
+		p.Seed = binary.LittleEndian.Uint64(s[:])
+	}
+	s, err := sample.New(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sampling: %w", ErrRequest, err)
+	}
+	return s, nil
+}
+
+func (b *Backend) generate(ctx context.Context, prompt []int32, req *oaiwire.ChatRequest, smp *sample.Sampler, emit func(oaiwire.Delta) error) (backend.Result, error) {
+	start := time.Now()
+	ctxLen := b.model.Config().Context
+	limit := req.Limit()
+	if limit <= 0 || limit > int64(ctxLen-len(prompt)) {
+		limit = int64(ctxLen - len(prompt)) // the context is the hard cap
+	}
+	pipe, err := b.model.NewPipeline(nil)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	dec := b.tok.NewDecoder()
+	stop := sample.NewStopper(req.Stop)
+	res := backend.Result{FinishReason: "length", Usage: oaiwire.Usage{PromptTokens: int64(len(prompt))}}
+	send := func(text string) error {
+		if text == "" {
+			return nil
+		}
+		return emit(oaiwire.Delta{Content: text})
+	}
+	input := prompt
+	for res.Usage.CompletionTokens < limit {
+		logits, err := pipe.Next(ctx, input)
+		if err != nil {
+			return backend.Result{}, fmt.Errorf("builtin: %w", err)
+		}
+		id := smp.Sample(logits)
+		res.Usage.CompletionTokens++
+		if b.tok.IsEOG(id) {
+			res.FinishReason = "stop"
+			break
+		}
+		out, stopped := stop.Add(dec.Add(id))
+		if err := send(out); err != nil {
+			return backend.Result{}, err
+		}
+		if stopped {
+			res.FinishReason = "stop"
+			break
+		}
+		input = []int32{id}
+	}
+	if !stop.Stopped() {
+		out, stopped := stop.Add(dec.Flush())
+		if stopped {
+			res.FinishReason = "stop"
+		} else {
+			out += stop.Flush()
+		}
+		if err := send(out); err != nil {
+			return backend.Result{}, err
+		}
+	}
+	res.Usage.TotalTokens = res.Usage.PromptTokens + res.Usage.CompletionTokens
+	el := time.Since(start)
+	b.log.Debug("builtin: generated", "model", b.id, "prompt_tokens", len(prompt), "tokens", res.Usage.CompletionTokens,
+		"finish", res.FinishReason, "tok_per_s", float64(res.Usage.CompletionTokens)/el.Seconds())
+	return res, nil
+}

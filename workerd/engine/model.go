@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+	"github.com/c0mpute/c0mpute/workerd/engine/quant"
+)
+
+// Config is the model's shape, read from the file's metadata.
+type Config struct {
+	Arch     string  // llama or qwen2
+	Embd     int     // hidden size
+	Layers   int     // block count
+	Heads    int     // attention heads
+	KVHeads  int     // key/value heads (grouped-query attention)
+	HeadDim  int     // Embd / Heads
+	RopeDim  int     // rotated dimensions per head
+	FF       int     // feed-forward size
+	Vocab    int     // output rows
+	Context  int     // maximum positions
+	Eps      float32 // RMSNorm epsilon
+	RopeBase float32 // RoPE frequency base
+	// RopeNeox rotates pairs (i, i+d/2) as GPT-NeoX does (qwen2);
+	// otherwise adjacent pairs (2i, 2i+1) as llama does.
+	RopeNeox bool
+}
+
+// Matrix is a weight matrix in its file encoding: Rows rows of Cols
+// elements, row r at Data[r*RowBytes:].
+type Matrix struct {
+	Type     gguf.Type
+	Rows     int
+	Cols     int
+	RowBytes int
+	Data     []byte
+}
+
+// Row returns row r's bytes.
+func (m *Matrix) Row(r int) []byte { return m.Data[r*m.RowBytes : (r+1)*m.RowBytes] }
+
+type layer struct {
+	attnNorm, ffnNorm []float32
+	q, k, v, o        Matrix
+	bq, bk, bv        []float32 // qwen2 only
+	gate, up, down    Matrix
+}
+
+// Model is a loaded model: read-only after Load, safe for concurrent use
+// by any number of Stages.
+type Model struct {
+	cfg       Config
+	file      *gguf.File
+	tokEmbd   Matrix
+	layers    []layer
+	outNorm   []float32
+	out       Matrix
+	ropeFreqs []float32 // optional per-pair frequency divisors (rope_freqs.weight)
+	// ropeScale is powf(freq_base, -2/rope_dim), as ggml computes it.
+	ropeScale float32
+	workers   int
+}
+
+// ErrUnsupported is wrapped by errors about models the engine cannot run.
+var ErrUnsupported = errors.New("engine: unsupported model")
+
+// Load builds a Model over f's tensors (which stay in f's mapping: keep f
+// open while the Model is used). workers is the number of goroutines a
+// matrix product uses; 0 means GOMAXPROCS.
+func Load(f *gguf.File, workers int) (*Model, error) {
+	cfg, err := readConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	m := &Model{cfg: cfg, file: f, workers: workers}
+	m.ropeScale = float32(math.Pow(float64(cfg.RopeBase), float64(float32(-2.0)/float32(cfg.RopeDim))))
+	kv := cfg.KVHeads * cfg.HeadDim
+	if m.tokEmbd, err = m.matrix("token_embd.weight", cfg.Embd, 0); err != nil {
+		return nil, err
+	}
+	m.cfg.Vocab = m.tokEmbd.Rows
+	for l := 0; l < cfg.Layers; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		var ly layer
+		for _, t := range []struct {
+			dst        *Matrix
+			name       string
+			cols, rows int
+		}{
+			{&ly.q, "attn_q.weight", cfg.Embd, cfg.Heads * cfg.HeadDim},
+			{&ly.k, "attn_k.weight", cfg.Embd, kv},
+			{&ly.v, "attn_v.weight", cfg.Embd, kv},
+			{&ly.o, "attn_output.weight", cfg.Heads * cfg.HeadDim, cfg.Embd},
+			{&ly.gate, "ffn_gate.weight", cfg.Embd, cfg.FF},
+			{&ly.up, "ffn_up.weight", cfg.Embd, cfg.FF},
+			{&ly.down, "ffn_down.weight", cfg.FF, cfg.Embd},
+		} {
+			if *t.dst, err = m.matrix(p+t.name, t.cols, t.rows); err != nil {
+				return nil, err
+			}
+		}
+		if ly.attnNorm, err = m.vector(p+"attn_norm.weight", cfg.Embd, true); err != nil {
+			return nil, err
+		}
+		if ly.ffnNorm, err = m.vector(p+"ffn_norm.weight", cfg.Embd, true); err != nil {
+			return nil, err
+		}
+		required := cfg.Arch == "qwen2"
+		if ly.bq, err = m.vector(p+"attn_q.bias", cfg.Heads*cfg.HeadDim, required); err != nil {
+			return nil, err
+		}
+		if ly.bk, err = m.vector(p+"attn_k.bias", kv, required); err != nil {
+			return nil, err
+		}
+		if ly.bv, err = m.vector(p+"attn_v.bias", kv, required); err != nil {
+			return nil, err
+		}
+		m.layers = append(m.layers, ly)
+	}
+	if m.outNorm, err = m.vector("output_norm.weight", cfg.Embd, true); err != nil {
+		return nil, err
+	}
+	if _, ok := f.Tensor("output.weight"); ok {
+		if m.out, err = m.matrix("output.weight", cfg.Embd, m.cfg.Vocab); err != nil {
+			return nil, err
+		}
+	} else {
+		m.out = m.tokEmbd // tied embeddings
+	}
+	if m.ropeFreqs, err = m.vector("rope_freqs.weight", cfg.RopeDim/2, false); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func readConfig(f *gguf.File) (Config, error) {
+	c := Config{Arch: f.Architecture()}
+	switch c.Arch {
+	case "llama":
+	case "qwen2":
+		c.RopeNeox = true
+	default:
+		return c, fmt.Errorf("%w: architecture %q (llama and qwen2 are supported)", ErrUnsupported, c.Arch)
+	}
+	need := func(key string, dst *int) error {
+		v, ok := f.ArchUint(key)
+		if !ok || v == 0 || v > 1<<24 {
+			return fmt.Errorf("%w: %s.%s missing or out of range", ErrUnsupported, c.Arch, key)
+		}
+		*dst = int(v)
+		return nil
+	}
+	for _, k := range []struct {
+		key string
+		dst *int
+	}{
+		{"embedding_length", &c.Embd}, {"block_count", &c.Layers}, {"attention.head_count", &c.Heads},
+		{"feed_forward_length", &c.FF}, {"context_length", &c.Context},
+	} {
+		if err := need(k.key, k.dst); err != nil {
+			return c, err
+		}
+	}
+	c.KVHeads = c.Heads
+	if v, ok := f.ArchUint("attention.head_count_kv"); ok {
+		c.KVHeads = int(v)
+	}
+	if c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 || c.Embd%c.Heads != 0 {
+		return c, fmt.Errorf("%w: %d heads, %d KV heads, hidden size %d", ErrUnsupported, c.Heads, c.KVHeads, c.Embd)
+	}
+	c.HeadDim = c.Embd / c.Heads
+	c.RopeDim = c.HeadDim
+	if v, ok := f.ArchUint("rope.dimension_count"); ok {
+		c.RopeDim = int(v)
+	}
+	if c.RopeDim <= 0 || c.RopeDim > c.HeadDim || c.RopeDim%2 != 0 {
+		return c, fmt.Errorf("%w: rope dimension %d for heads of %d", ErrUnsupported, c.RopeDim, c.HeadDim)
+	}
+	c.Eps = 1e-5
+	if v, ok := f.ArchFloat("attention.layer_norm_rms_epsilon"); ok {
+		c.Eps = float32(v)
+	}
+	c.RopeBase = 10000
+	if v, ok := f.ArchFloat("rope.freq_base"); ok {
+		c.RopeBase = float32(v)
+	}
+	if !(c.Eps > 0) || !(c.RopeBase > 1) {
+		return c, fmt.Errorf("%w: epsilon %g, rope base %g", ErrUnsupported, c.Eps, c.RopeBase)
+	}
+	if s, ok := f.Metadata.String(c.Arch + ".rope.scaling.type"); ok && s != "none" && s != "" {
+		return c, fmt.Errorf("%w: rope scaling %q", ErrUnsupported, s)
+	}
+	return c, nil
+}
+
+// matrix looks up a 2-D weight with rows of cols elements; rows 0 means
+// any number.
+func (m *Model) matrix(name string, cols, rows int) (Matrix, error) {
+	t, ok := m.file.Tensor(name)
+	if !ok {
+		return Matrix{}, fmt.Errorf("%w: tensor %s missing", ErrUnsupported, name)
+	}
+	if len(t.Dims) != 2 || t.Dims[0] != uint64(cols) || (rows != 0 && t.Dims[1] != uint64(rows)) {
+		return Matrix{}, fmt.Errorf("%w: tensor %s has shape %v, want [%d %d]", ErrUnsupported, name, t.Dims, cols, rows)
+	}
+	if err := quant.CheckRow(t.Type, cols); err != nil {
+		return Matrix{}, fmt.Errorf("%w: tensor %s: %w", ErrUnsupported, name, err)
+	}
+	return Matrix{Type: t.Type, Rows: int(t.Dims[1]), Cols: cols, RowBytes: t.Type.RowBytes(cols), Data: m.file.Bytes(t)}, nil
+}
+
+// vector decodes a 1-D tensor of n elements to float32.
+func (m *Model) vector(name string, n int, required bool) ([]float32, error) {
+	t, ok := m.file.Tensor(name)
+	if !ok {
+		if required {
+			return nil, fmt.Errorf("%w: tensor %s missing", ErrUnsupported, name)
+		}
+		return nil, nil
+	}
+	if t.Elements() != uint64(n) {
+		return nil, fmt.Errorf("%w: tensor %s has %d elements, want %d", ErrUnsupported, name, t.Elements(), n)
+	}
+	if err := quant.CheckRow(t.Type, n); err != nil {
+		return nil, fmt.Errorf("%w: tensor %s: %w", ErrUnsupported, name, err)
+	}
+	v := make([]float32, n)
+	quant.DequantRow(t.Type, m.file.Bytes(t), v)
+	return v, nil
+}
+
+// Config returns the model's shape.
+func (m *Model) Config() Config { return m.cfg }
+
+// parallel runs fn over [0, n) split into one contiguous chunk per
+// worker. The split only decides who computes an element, never how.
+func (m *Model) parallel(n int, fn func(lo, hi int)) {
+	w := min(m.workers, n)
+	if w <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + w - 1) / w
+	for lo := chunk; lo < n; lo += chunk {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			fn(lo, hi)
+		}(lo, min(lo+chunk, n))
+	}
+	fn(0, min(chunk, n))
+	wg.Wait()
+}
+
+// matmul computes out[t] = W · x[t] for every row t of x (each of W.Cols
+// elements); out has len(x) rows of W.Rows.
+func (m *Model) matmul(w *Matrix, x [][]float32, out [][]float32) {
+	acts := make([]quant.Act, len(x))
+	for t := range x {
+		acts[t].Prepare(w.Type, x[t])
+	}
+	m.parallel(w.Rows, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := w.Row(r)
+			for t := range acts {
+				out[t][r] = quant.Dot(row, &acts[t])
+			}
+		}
+	})
+}
+
+// rmsNorm is ggml_rms_norm followed by the multiplication with the norm
+// weight: the sum of squares in float64, the scale in float32.
+func rmsNorm(dst, x, w []float32, eps float32) {
+	var sum float64
+	for _, v := range x {
+		sum += float64(v * v)
+	}
+	mean := float32(sum / float64(len(x)))
+	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+	for i, v := range x {
+		dst[i] = float32(v*scale) * w[i]
+	}
+}
+
+// rope rotates the first RopeDim elements of each head of v (heads of
+// HeadDim) for position pos, as ggml_rope with ext_factor 0 and
+// attn_factor 1 does: theta advances by repeated float32
+// multiplication.
+func (m *Model) rope(v []float32, heads, pos int) {
+	c := &m.cfg
+	n := c.RopeDim
+	cs := make([]float32, n)
+	theta := float32(pos)
+	for i := 0; i < n; i += 2 {
+		t := theta
+		if m.ropeFreqs != nil {
+			t = theta / m.ropeFreqs[i/2]
+		}
+		cs[i] = float32(math.Cos(float64(t)))
+		cs[i+1] = float32(math.Sin(float64(t)))
+		theta *= m.ropeScale
+	}
+	for h := 0; h < heads; h++ {
+		x := v[h*c.HeadDim : h*c.HeadDim+c.HeadDim]
+		for i := 0; i < n; i += 2 {
+			cos, sin := cs[i], cs[i+1]
+			a, b := i, i+1
+			if c.RopeNeox {
+				a, b = i/2, i/2+n/2
+			}
+			x0, x1 := x[a], x[b]
+			x[a] = float32(x0*cos) - float32(x1*sin)
+			x[b] = float32(x0*sin) + float32(x1*cos)
+		}
+	}
+}
+
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+func rows(flat []float32, n, width int) [][]float32 {
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = flat[i*width : (i+1)*width : (i+1)*width]
+	}
+	return out
+}

@@ -1,0 +1,27 @@
+// Package quant holds the engine's numeric kernels: half-precision
+// conversion, the GGUF block layouts of Q8_0, Q4_K and Q6_K (decoded
+// exactly as ggml defines them), and row dot products between a weight
+// row and an activation vector.
+//
+// Activations are prepared the way ggml's CPU backend prepares them for
+// each weight type (its vec_dot_type): rounded to F16 for F16 weights,
+// quantized to Q8_0 for Q8_0 weights and to Q8_K for Q4_K/Q6_K weights,
+// kept as F32 for F32 weights. The integer parts of the quantized dot
+// products are exact, and the float reductions follow ggml's reference
+// order, so results agree with llama.cpp to rounding noise (bit for bit
+// for the K-quants). Every kernel is a pure function of its inputs:
+// running a row alone or in a batch, on any goroutine, gives the same
+// bits, which is what makes split and batched execution exact.
+//
+// # Vectorised kernels
+//
+// On amd64 with AVX2 the inner loops run in assembly (q8_amd64.s): the
+// Q8_0, Q4_K and Q6_K integer sums with VPMADDUBSW/VPMULLW/VPMADDWD,
+// keeping ggml's eight integer lanes so the float reduction — and the
+// result — is bit for bit the portable Go kernel's (tests compare them on
+// random blocks), and the F32/F16 dots with float32 products summed in
+// float64 lanes (F16C converts halves exactly). Elsewhere, or without
+// AVX2, the portable kernels run: plain Go, unrolled, bounds checks
+// hoisted. Both use every core through the engine's row-parallel
+// matrix products.
+package quant

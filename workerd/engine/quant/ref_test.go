@@ -1,0 +1,213 @@
+package quant
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+)
+
+// The straightforward K-quant kernels, kept as the reference the
+// unrolled ones in quant.go must match bit for bit.
+
+// dotQ4K is ggml_vec_dot_q4_K_q8_K's reference: eight integer lanes per
+// super-block, scaled into eight float lanes, mins subtracted, lanes
+// summed at the end — the same float operations in the same order.
+func dotQ4KRef(row []byte, a *Act) float32 {
+	nb := len(a.D)
+	row = row[:nb*q4KBytes]
+	var sums [8]float32
+	var sumf float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q4KBytes : (b+1)*q4KBytes]
+		sc, mn := scaleMinK4(blk[4:16])
+		qs := blk[16:144]
+		q8 := a.Q[b*QKK : (b+1)*QKK]
+		bsums := a.Sums[b*16 : (b+1)*16]
+		var summ int32
+		for j := 0; j < 16; j++ {
+			summ += int32(bsums[j]) * int32(mn[j/2])
+		}
+		var aux [8]int32
+		for j := 0; j < 4; j++ { // 64 elements: low nibbles then high nibbles of 32 bytes
+			q := qs[j*32 : j*32+32]
+			lo := q8[j*64 : j*64+32]
+			hi := q8[j*64+32 : j*64+64]
+			var pl, ph [8]int32
+			for k := 0; k < 32; k += 8 {
+				for l := 0; l < 8; l++ {
+					pl[l] += int32(q[k+l]&0xF) * int32(lo[k+l])
+					ph[l] += int32(q[k+l]>>4) * int32(hi[k+l])
+				}
+			}
+			s1, s2 := int32(sc[2*j]), int32(sc[2*j+1])
+			for l := 0; l < 8; l++ {
+				aux[l] += s1*pl[l] + s2*ph[l]
+			}
+		}
+		d := f16at(blk, 0) * a.D[b]
+		for l := 0; l < 8; l++ {
+			sums[l] += float32(d * float32(aux[l]))
+		}
+		dmin := f16at(blk, 2) * a.D[b]
+		sumf -= float32(dmin * float32(summ))
+	}
+	for l := 0; l < 8; l++ {
+		sumf += sums[l]
+	}
+	return sumf
+}
+
+// dotQ6K is ggml_vec_dot_q6_K_q8_K's reference, lane for lane.
+func dotQ6KRef(row []byte, a *Act) float32 {
+	nb := len(a.D)
+	row = row[:nb*q6KBytes]
+	var sums [8]float32
+	var a8 [QKK]int8
+	for b := 0; b < nb; b++ {
+		blk := row[b*q6KBytes : (b+1)*q6KBytes]
+		unpackQ6K(blk, &a8)
+		q8 := a.Q[b*QKK : (b+1)*QKK]
+		scales := i8s(blk[192:208])
+		var aux [8]int32
+		for j := 0; j < 16; j++ {
+			s := int32(scales[j])
+			x := a8[j*16 : j*16+16]
+			y := q8[j*16 : j*16+16]
+			for l := 0; l < 8; l++ {
+				aux[l] += s * (int32(x[l])*int32(y[l]) + int32(x[l+8])*int32(y[l+8]))
+			}
+		}
+		d := f16at(blk, 208) * a.D[b]
+		for l := 0; l < 8; l++ {
+			sums[l] += float32(d * float32(aux[l]))
+		}
+	}
+	var sumf float32
+	for l := 0; l < 8; l++ {
+		sumf += sums[l]
+	}
+	return sumf
+}
+
+// TestKQuantKernelsMatchReference: the unrolled kernels give the
+// reference kernels' bits.
+func TestKQuantKernelsMatchReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for trial := 0; trial < 200; trial++ {
+		n := 256 * (1 + trial%4)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		var a Act
+		a.Prepare(gguf.Q4_K, x)
+		row := randomRow(r, gguf.Q4_K, n)
+		if got, want := dotQ4K(row, &a), dotQ4KRef(row, &a); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("Q4_K trial %d: %g, reference %g", trial, got, want)
+		}
+		a.Prepare(gguf.Q6_K, x)
+		row = randomRow(r, gguf.Q6_K, n)
+		if got, want := dotQ6K(row, &a), dotQ6KRef(row, &a); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("Q6_K trial %d: %g, reference %g", trial, got, want)
+		}
+	}
+}
+
+func BenchmarkKQuantRef(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	const n = 4096
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	for _, c := range []struct {
+		typ      gguf.Type
+		opt, ref func([]byte, *Act) float32
+	}{{gguf.Q4_K, dotQ4K, dotQ4KRef}, {gguf.Q6_K, dotQ6K, dotQ6KRef}} {
+		row := randomRow(r, c.typ, n)
+		var a Act
+		a.Prepare(c.typ, x)
+		b.Run(c.typ.String()+"/unrolled", func(b *testing.B) {
+			for b.Loop() {
+				c.opt(row, &a)
+			}
+		})
+		b.Run(c.typ.String()+"/reference", func(b *testing.B) {
+			for b.Loop() {
+				c.ref(row, &a)
+			}
+		})
+	}
+}
+
+// TestQ8_0AVX2MatchesPortable: the assembly block sums give the portable
+// kernel's bits, including weights of -128.
+func TestQ8_0AVX2MatchesPortable(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 on this CPU")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for trial := 0; trial < 300; trial++ {
+		n := 32 * (1 + trial%150)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		var a Act
+		a.Prepare(gguf.Q8_0, x)
+		row := randomRow(r, gguf.Q8_0, n)
+		if trial%3 == 0 {
+			row[2] = 0x80 // -128
+		}
+		if got, want := dotQ8_0(row, &a), dotQ8_0Portable(row, &a); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("trial %d (%d elements): %g, portable %g", trial, n, got, want)
+		}
+	}
+}
+
+func TestKQuantPortableMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for trial := 0; trial < 100; trial++ {
+		n := 256 * (1 + trial%4)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		var a Act
+		a.Prepare(gguf.Q4_K, x)
+		row := randomRow(r, gguf.Q4_K, n)
+		if got, want := dotQ4KPortable(row, &a), dotQ4KRef(row, &a); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("trial %d: %g, reference %g", trial, got, want)
+		}
+		a.Prepare(gguf.Q6_K, x)
+		row = randomRow(r, gguf.Q6_K, n)
+		if got, want := dotQ6KPortable(row, &a), dotQ6KRef(row, &a); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("Q6_K trial %d: %g, reference %g", trial, got, want)
+		}
+	}
+}
+
+// TestFloatDotsAnyLength: the vectorised float dots with their scalar
+// tails agree with a float64 reference at every length.
+func TestFloatDotsAnyLength(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for n := 1; n <= 100; n++ {
+		w, x, h := make([]float32, n), make([]float32, n), make([]uint16, n)
+		var want, want16, mag float64
+		for i := range x {
+			w[i], x[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+			h[i] = F32ToF16(w[i])
+			want += float64(w[i] * x[i])
+			want16 += float64(F16ToF32(h[i]) * x[i])
+			mag += math.Abs(float64(w[i] * x[i]))
+		}
+		if got := dotF32(w, x); math.Abs(float64(got)-want) > 1e-6*mag {
+			t.Fatalf("F32 n=%d: %g, want %g", n, got, want)
+		}
+		if got := DotF16(h, x); math.Abs(float64(got)-want16) > 1e-6*mag {
+			t.Fatalf("F16 n=%d: %g, want %g", n, got, want16)
+		}
+	}
+}

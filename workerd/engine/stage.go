@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/c0mpute/c0mpute/workerd/engine/quant"
+)
+
+// Hidden is a batch of hidden states: Tokens rows of Dim float32 values
+// for consecutive positions starting at Pos.
+type Hidden struct {
+	Pos    int
+	Tokens int
+	Dim    int
+	Data   []float32
+}
+
+// Row returns the hidden state of the batch's i-th position.
+func (h *Hidden) Row(i int) []float32 { return h.Data[i*h.Dim : (i+1)*h.Dim] }
+
+// Embed returns the token embeddings of tokens, for positions starting
+// at pos (the first stage's input).
+func (m *Model) Embed(tokens []int32, pos int) (*Hidden, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("engine: embed: no tokens")
+	}
+	if pos < 0 || pos+len(tokens) > m.cfg.Context {
+		return nil, fmt.Errorf("engine: embed: positions %d..%d exceed the context of %d", pos, pos+len(tokens), m.cfg.Context)
+	}
+	h := &Hidden{Pos: pos, Tokens: len(tokens), Dim: m.cfg.Embd, Data: make([]float32, len(tokens)*m.cfg.Embd)}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= m.tokEmbd.Rows {
+			return nil, fmt.Errorf("engine: embed: token %d outside the vocabulary of %d", t, m.tokEmbd.Rows)
+		}
+		quant.DequantRow(m.tokEmbd.Type, m.tokEmbd.Row(int(t)), h.Row(i))
+	}
+	return h, nil
+}
+
+// Logits are Tokens rows of Vocab scores.
+type Logits struct {
+	Tokens int
+	Vocab  int
+	Data   []float32
+}
+
+// Row returns the scores after the batch's i-th position.
+func (l *Logits) Row(i int) []float32 { return l.Data[i*l.Vocab : (i+1)*l.Vocab] }
+
+// Head applies the final norm and the output matrix (the last stage).
+func (m *Model) Head(h *Hidden) (*Logits, error) {
+	if err := m.checkHidden(h); err != nil {
+		return nil, err
+	}
+	xn := make([]float32, len(h.Data))
+	for t := 0; t < h.Tokens; t++ {
+		rmsNorm(xn[t*h.Dim:(t+1)*h.Dim], h.Row(t), m.outNorm, m.cfg.Eps)
+	}
+	lg := &Logits{Tokens: h.Tokens, Vocab: m.out.Rows, Data: make([]float32, h.Tokens*m.out.Rows)}
+	m.matmul(&m.out, rows(xn, h.Tokens, h.Dim), rows(lg.Data, h.Tokens, lg.Vocab))
+	return lg, nil
+}
+
+func (m *Model) checkHidden(h *Hidden) error {
+	if h == nil || h.Tokens <= 0 || h.Dim != m.cfg.Embd || len(h.Data) != h.Tokens*h.Dim {
+		return fmt.Errorf("engine: hidden states do not fit the model's hidden size %d", m.cfg.Embd)
+	}
+	return nil
+}
+
+// Stage runs layers [First, Last) of a model for one sequence, holding
+// that range's KV cache. A Stage is used by one goroutine at a time.
+type Stage struct {
+	m           *Model
+	first, last int
+	n           int        // positions in the cache
+	k, v        [][]uint16 // per layer: n × KVHeads·HeadDim float16
+}
+
+// NewStage returns an empty stage for layers [first, last).
+func (m *Model) NewStage(first, last int) (*Stage, error) {
+	if first < 0 || last > m.cfg.Layers || first >= last {
+		return nil, fmt.Errorf("engine: layer range [%d, %d) outside the model's %d layers", first, last, m.cfg.Layers)
+	}
+	return &Stage{m: m, first: first, last: last, k: make([][]uint16, last-first), v: make([][]uint16, last-first)}, nil
+}
+
+// Range is the stage's layer range [first, last).
+func (s *Stage) Range() (first, last int) { return s.first, s.last }
+
+// Len is the number of positions in the KV cache.
+func (s *Stage) Len() int { return s.n }
+
+// Truncate rolls the KV cache back to its first n positions, as if the
+// later ones had never been seen.
+func (s *Stage) Truncate(n int) error {
+	if n < 0 || n > s.n {
+		return fmt.Errorf("engine: truncate to %d positions, cache holds %d", n, s.n)
+	}
+	kv := s.m.cfg.KVHeads * s.m.cfg.HeadDim
+	for i := range s.k {
+		s.k[i] = s.k[i][:n*kv]
+		s.v[i] = s.v[i][:n*kv]
+	}
+	s.n = n
+	return nil
+}
+
+// Forward runs the stage's layers over h in place. h.Pos must equal
+// Len(): the batch continues the cached sequence.
+func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
+	m := s.m
+	c := &m.cfg
+	if err := m.checkHidden(h); err != nil {
+		return err
+	}
+	if h.Pos != s.n {
+		return fmt.Errorf("engine: hidden states start at position %d, the cache holds %d", h.Pos, s.n)
+	}
+	if s.n+h.Tokens > c.Context {
+		return fmt.Errorf("engine: %d positions exceed the context of %d", s.n+h.Tokens, c.Context)
+	}
+	T, E := h.Tokens, c.Embd
+	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	xn := make([]float32, T*E)
+	q := make([]float32, T*qd)
+	k := make([]float32, T*kvd)
+	v := make([]float32, T*kvd)
+	att := make([]float32, T*qd)
+	proj := make([]float32, T*E)
+	g := make([]float32, T*c.FF)
+	u := make([]float32, T*c.FF)
+	xr, qr, kr, vr := rows(xn, T, E), rows(q, T, qd), rows(k, T, kvd), rows(v, T, kvd)
+	attr, projr, gr, ur := rows(att, T, qd), rows(proj, T, E), rows(g, T, c.FF), rows(u, T, c.FF)
+	for l := s.first; l < s.last; l++ {
+		if err := ctx.Err(); err != nil {
+			// Nothing of this batch is cached yet for later layers: roll
+			// the earlier layers back so the cache stays consistent.
+			s.rollback(l)
+			return err
+		}
+		ly := &m.layers[l]
+		for t := 0; t < T; t++ {
+			rmsNorm(xr[t], h.Row(t), ly.attnNorm, c.Eps)
+		}
+		m.matmul(&ly.q, xr, qr)
+		m.matmul(&ly.k, xr, kr)
+		m.matmul(&ly.v, xr, vr)
+		for t := 0; t < T; t++ {
+			addBias(qr[t], ly.bq)
+			addBias(kr[t], ly.bk)
+			addBias(vr[t], ly.bv)
+			m.rope(qr[t], c.Heads, s.n+t)
+			m.rope(kr[t], c.KVHeads, s.n+t)
+		}
+		li := l - s.first
+		for t := 0; t < T; t++ {
+			for _, x := range kr[t] {
+				s.k[li] = append(s.k[li], quant.F32ToF16(x))
+			}
+			for _, x := range vr[t] {
+				s.v[li] = append(s.v[li], quant.F32ToF16(x))
+			}
+		}
+		s.attention(li, qr, attr)
+		m.matmul(&ly.o, attr, projr)
+		for i := range h.Data {
+			h.Data[i] += proj[i]
+		}
+		for t := 0; t < T; t++ {
+			rmsNorm(xr[t], h.Row(t), ly.ffnNorm, c.Eps)
+		}
+		m.matmul(&ly.gate, xr, gr)
+		m.matmul(&ly.up, xr, ur)
+		for i := range g {
+			g[i] = float32(silu(g[i]) * u[i])
+		}
+		m.matmul(&ly.down, gr, projr)
+		for i := range h.Data {
+			h.Data[i] += proj[i]
+		}
+	}
+	s.n += T
+	return nil
+}
+
+// rollback drops the current batch's entries from layers before l.
+func (s *Stage) rollback(l int) {
+	kv := s.m.cfg.KVHeads * s.m.cfg.HeadDim
+	for li := 0; li < l-s.first; li++ {
+		s.k[li] = s.k[li][:s.n*kv]
+		s.v[li] = s.v[li][:s.n*kv]
+	}
+}
+
+func addBias(x, b []float32) {
+	if b == nil {
+		return
+	}
+	for i := range x {
+		x[i] += b[i]
+	}
+}
+
+// attention computes, for the batch's queries q (position s.n+t for row
+// t), softmax(q·K/√d)·V over the cached positions 0..s.n+t of layer li,
+// as llama.cpp's non-flash path with an F16 cache does: the query and
+// the probabilities are rounded to F16 for the F16 dot products, which
+// sum in float64; the softmax sums in float64.
+func (s *Stage) attention(li int, q [][]float32, out [][]float32) {
+	c := &s.m.cfg
+	hd, kvd := c.HeadDim, c.KVHeads*c.HeadDim
+	group := c.Heads / c.KVHeads
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	K, V := s.k[li], s.v[li]
+	T := len(q)
+	s.m.parallel(T*c.Heads, func(lo, hi int) {
+		qh := make([]float32, hd)
+		var p []float32
+		acc := make([]float64, hd)
+		for job := lo; job < hi; job++ {
+			t, h := job/c.Heads, job%c.Heads
+			kh := h / group
+			n := s.n + t + 1 // causal: positions 0..s.n+t
+			for i, x := range q[t][h*hd : (h+1)*hd] {
+				qh[i] = quant.RoundF16(x)
+			}
+			p = grow(p, n)
+			mx := float32(math.Inf(-1))
+			for j := 0; j < n; j++ {
+				p[j] = quant.DotF16(K[j*kvd+kh*hd:j*kvd+kh*hd+hd], qh) * scale
+				mx = max(mx, p[j])
+			}
+			var sum float64
+			for j := 0; j < n; j++ {
+				e := float32(math.Exp(float64(p[j] - mx)))
+				p[j] = e
+				sum += float64(e)
+			}
+			inv := float32(1 / sum)
+			for j := 0; j < n; j++ {
+				p[j] = quant.RoundF16(p[j] * inv)
+			}
+			o := out[t][h*hd : (h+1)*hd]
+			clear(acc)
+			for j := 0; j < n; j++ {
+				if p[j] == 0 {
+					continue // exact: adds +0 products
+				}
+				axpyF16(acc, V[j*kvd+kh*hd:j*kvd+kh*hd+hd], p[j])
+			}
+			for i := range o {
+				o[i] = float32(acc[i])
+			}
+		}
+	})
+}
+
+// axpyF16 adds p·v to acc, per element in float64.
+//
+//go:norace
+func axpyF16(acc []float64, v []uint16, p float32) {
+	acc = acc[:len(v)]
+	for i, x := range v {
+		acc[i] += float64(quant.F16ToF32(x) * p)
+	}
+}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
