@@ -33,7 +33,9 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/schema"
+	"github.com/c0mpute/c0mpute/infra/testmodel"
 	"github.com/c0mpute/c0mpute/workerd/agent"
+	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
 	"github.com/c0mpute/c0mpute/workerd/config"
 )
 
@@ -99,21 +101,42 @@ func run() error {
 	}
 	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s\n  store   %s\n\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
 		stack.APIURL, stack.RelayURL, where, lines, envFile)
-	if ollamaErr != nil {
+	// Workers: one in front of Ollama (it connects as soon as Ollama is
+	// up), and one on the built-in engine when a GGUF file is named, or,
+	// with no Ollama reachable, on a generated demo model, so that the
+	// network always serves something.
+	workerArgs := [][]string{{"--backend", "ollama", "--backend-url", ollamaURL}}
+	gguf, err := builtinModel(stack.Catalog, home, ollamaErr != nil)
+	if err != nil {
+		return err
+	}
+	switch {
+	case gguf != "" && os.Getenv(envDevGGUF) != "":
+		fmt.Printf("Serving %s from %s with the built-in engine\n\n", builtin.ModelID(gguf), gguf)
+	case gguf != "":
 		fmt.Printf("No inference backend reachable: Ollama at %s: %v\n"+
-			"  Start one so the worker can serve:  ollama serve   and   ollama pull llama3.2\n"+
-			"  (or point OLLAMA_HOST at a running Ollama). The worker connects as soon as it is up.\n\n", ollamaURL, ollamaErr)
-	} else {
+			"  Serving %q meanwhile: a random-weight demo model on the built-in engine (replies are random words).\n"+
+			"  For real replies start Ollama (ollama serve; ollama pull llama3.2; the worker connects as soon as it is up),\n"+
+			"  or set %s=<file.gguf> to serve a GGUF file with the built-in engine.\n\n",
+			ollamaURL, ollamaErr, testmodel.DemoModelID, envDevGGUF)
+	}
+	if ollamaErr == nil {
 		fmt.Printf("Ollama at %s: offering %s\n\n", ollamaURL, strings.Join(shortNames(ollamaModels), ", "))
+	}
+	if gguf != "" {
+		workerArgs = append(workerArgs, []string{"--backend", builtin.Name, "--gguf", gguf})
 	}
 
 	go watchOllama(ctx, stack.Catalog, ollamaURL, log)
 
-	var worker *exec.Cmd
+	var workers []*exec.Cmd
 	if *workerdBin != "" {
-		worker, err = startWorker(*workerdBin, home, stack.RelayURL, token, ollamaURL)
-		if err != nil {
-			return err
+		for _, args := range workerArgs {
+			w, err := startWorker(*workerdBin, home, stack.RelayURL, token, args)
+			if err != nil {
+				return err
+			}
+			workers = append(workers, w)
 		}
 	}
 	select {
@@ -121,15 +144,17 @@ func run() error {
 	case err := <-stack.Errors():
 		log.Error("server stopped", "err", err)
 	}
-	if worker != nil && worker.Process != nil {
-		// workerd drains its in-flight jobs on SIGTERM.
-		_ = worker.Process.Signal(syscall.SIGTERM)
+	// workerd drains its in-flight jobs on SIGTERM.
+	for _, w := range workers {
+		_ = w.Process.Signal(syscall.SIGTERM)
+	}
+	for _, w := range workers {
 		done := make(chan struct{})
-		go func() { _ = worker.Wait(); close(done) }()
+		go func() { _ = w.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
-			_ = worker.Process.Kill()
+			_ = w.Process.Kill()
 		}
 	}
 	return nil
@@ -213,9 +238,50 @@ func readSecret(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// envDevGGUF names a GGUF file scripts/dev serves with the built-in engine.
+const envDevGGUF = "C0MPUTE_DEV_GGUF"
+
+// builtinModel returns the GGUF file the built-in engine should serve, and
+// offers its model: C0MPUTE_DEV_GGUF's file under its name, or, when demo
+// is set (no Ollama), a random-weight demo model generated into home once
+// and labelled as such in /v1/models. "" when there is none to serve.
+func builtinModel(cat *catalog.Catalog, home string, demo bool) (string, error) {
+	pro, _ := cat.Resolve("c0mpute-pro")
+	if path := os.Getenv(envDevGGUF); path != "" {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("%s: %w", envDevGGUF, err)
+		}
+		m := catalog.Model{ID: builtin.ModelID(abs), Price: pro.Price, OwnedBy: builtin.Name}
+		if _, ok := cat.Resolve(m.ID); !ok {
+			if err := cat.Add(m); err != nil {
+				return "", fmt.Errorf("%s: %w", envDevGGUF, err)
+			}
+		}
+		return abs, nil
+	}
+	if !demo {
+		return "", nil
+	}
+	path := filepath.Join(home, testmodel.DemoModelID+".gguf")
+	if _, err := os.Stat(path); err != nil {
+		if err := testmodel.WriteFile(path, testmodel.Demo()); err != nil {
+			return "", fmt.Errorf("write the demo model: %w", err)
+		}
+	}
+	m := catalog.Model{ID: testmodel.DemoModelID, Price: pro.Price, OwnedBy: builtin.Name, Note: testmodel.DemoNote}
+	if err := cat.Add(m); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 // startWorker runs workerd as its own process, as a contributor would,
-// creating its identity on first use.
-func startWorker(bin, home, relayURL, token, ollamaURL string) (*exec.Cmd, error) {
+// creating its identity on first use; backend are its backend flags.
+func startWorker(bin, home, relayURL, token string, backend []string) (*exec.Cmd, error) {
 	keyFile := filepath.Join(home, "worker-key.json")
 	workerEnv := append(os.Environ(), "C0MPUTE_HOME="+home, "C0MPUTE_WORKER_KEY="+keyFile)
 	if _, err := os.Stat(keyFile); err != nil {
@@ -225,7 +291,7 @@ func startWorker(bin, home, relayURL, token, ollamaURL string) (*exec.Cmd, error
 			return nil, fmt.Errorf("workerd init: %w", err)
 		}
 	}
-	cmd := exec.Command(bin, "run", "--relay", relayURL, "--backend", "ollama", "--backend-url", ollamaURL)
+	cmd := exec.Command(bin, append([]string{"run", "--relay", relayURL}, backend...)...)
 	// The token goes by environment, not argv, so ps does not show it.
 	cmd.Env = append(workerEnv, config.EnvToken+"="+token)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/infra/testmodel"
+)
+
+func newCatalog(t *testing.T) *catalog.Catalog {
+	t.Helper()
+	c, err := catalog.New(catalog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestBuiltinModel(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv(envDevGGUF, "")
+
+	// Ollama reachable, no file named: nothing for the built-in engine.
+	if path, err := builtinModel(newCatalog(t), home, false); err != nil || path != "" {
+		t.Fatalf("with Ollama: %q, %v; want none", path, err)
+	}
+
+	// No Ollama: the demo model, generated once, labelled in the catalogue.
+	cat := newCatalog(t)
+	path, err := builtinModel(cat, home, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := cat.Resolve(testmodel.DemoModelID)
+	if !ok || m.Note == "" {
+		t.Fatalf("demo model in catalogue: %+v, %v; want it, with a note", m, ok)
+	}
+	first, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := builtinModel(newCatalog(t), home, true); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.Stat(path); !again.ModTime().Equal(first.ModTime()) {
+		t.Error("a restart regenerated the demo model")
+	}
+
+	// A named file is served under its name, Ollama or not.
+	named := filepath.Join(t.TempDir(), "my-model.gguf")
+	if err := testmodel.WriteFile(named, testmodel.Demo()); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envDevGGUF, named)
+	cat = newCatalog(t)
+	if path, err := builtinModel(cat, home, true); err != nil || path != named {
+		t.Fatalf("named file: %q, %v", path, err)
+	}
+	if m, ok := cat.Resolve("my-model"); !ok || m.Note != "" {
+		t.Fatalf("named model in catalogue: %+v, %v", m, ok)
+	}
+	if _, ok := cat.Resolve(testmodel.DemoModelID); ok {
+		t.Error("the demo model is offered next to a named file")
+	}
+	t.Setenv(envDevGGUF, filepath.Join(t.TempDir(), "missing.gguf"))
+	if _, err := builtinModel(newCatalog(t), home, false); err == nil {
+		t.Error("a missing file was accepted")
+	}
+}
