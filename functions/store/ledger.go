@@ -142,3 +142,26 @@ type Ledger interface {
 	// does not exist.
 	SetDailyAllowance(ctx context.Context, accountID, day string, credits int64) (applied bool, err error)
 }
+
+// Owed is a worker account's earnings not yet paid out, in credits.
+type Owed struct {
+	AccountID string `json:"account_id"`
+	Wallet    string `json:"wallet"`
+	Credits   int64  `json:"credits"`
+}
+
+// Earnings is what the keeper's worker payouts read and move: what an
+// account's workers earned (Account.Earned) against what was paid out
+// (Account.PaidOut).
+type Earnings interface {
+	// OwedEarnings lists the accounts whose Earned - PaidOut is at least
+	// min credits (min at least 1), by account id.
+	OwedEarnings(ctx context.Context, min int64) ([]Owed, error)
+	// AdjustPaidOut adds delta to an account's PaidOut once per
+	// idempotency key: a payout reserves what it sends (delta > 0), a
+	// payout that failed gives it back (delta < 0). applied is false when
+	// the key was used, and nothing changes. ErrInsufficientCredits if
+	// PaidOut would exceed Earned or fall below 0; ErrNotFound if there is
+	// no such account.
+	AdjustPaidOut(ctx context.Context, accountID string, delta int64, key string) (applied bool, err error)
+}

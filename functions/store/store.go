@@ -50,7 +50,10 @@ type Account struct {
 	// paid credits.
 	FreeAllowanceLeft int64 `json:"free_allowance_left"`
 	// Earned is what this account's workers have earned, in credits.
-	Earned    int64     `json:"earned"`
+	Earned int64 `json:"earned"`
+	// PaidOut is the part of Earned paid out in USDC (or reserved for a
+	// payout on its way).
+	PaidOut   int64     `json:"paid_out"`
 	CreatedAt time.Time `json:"created_at"`
 }
 

@@ -33,6 +33,7 @@ const (
 
 	gQueue  = "Q#" // index partition of queued jobs: Q#<model>#<shard>
 	gWorker = "W#" // index partition of live workers: W#<shard>
+	gEarn   = "E#" // index partition of earnings shards: E#<shard of the account>
 )
 
 // Attribute names used in expressions.
@@ -144,18 +145,34 @@ type accountItem struct {
 	Spent     int64  `dynamodbav:"spent"`
 	Allowance int64  `dynamodbav:"allowance"`
 	Earned    int64  `dynamodbav:"earned"`
+	PaidOut   int64  `dynamodbav:"paid_out"`
 	Created   int64  `dynamodbav:"created,omitempty"`
+	// GPK and GSK put an account created with earnings in the index's
+	// earnings partitions (earnings shards are there from their first
+	// earning).
+	GPK string `dynamodbav:"gpk,omitempty"`
+	GSK string `dynamodbav:"gsk,omitempty"`
 }
 
 func toAccountItem(a store.Account) accountItem {
-	return accountItem{key: accountKey(a.ID), ID: a.ID, Wallet: a.Wallet, Credits: a.Credits,
+	i := accountItem{key: accountKey(a.ID), ID: a.ID, Wallet: a.Wallet, Credits: a.Credits,
 		Deposited: a.TotalDeposited, Spent: a.TotalSpent, Allowance: a.FreeAllowanceLeft,
-		Earned: a.Earned, Created: nanos(a.CreatedAt)}
+		Earned: a.Earned, PaidOut: a.PaidOut, Created: nanos(a.CreatedAt)}
+	if a.Earned > 0 {
+		i.GPK, i.GSK = earnPartition(a.ID), a.ID+"#"+sAccount
+	}
+	return i
+}
+
+// earnPartition is the index partition of an account's earnings.
+func earnPartition(account string) string {
+	return fmt.Sprintf("%s%d", gEarn, shard(account, earnShards))
 }
 
 func (i accountItem) account() store.Account {
 	return store.Account{ID: i.ID, Wallet: i.Wallet, Credits: i.Credits, TotalDeposited: i.Deposited,
-		TotalSpent: i.Spent, FreeAllowanceLeft: i.Allowance, Earned: i.Earned, CreatedAt: fromNanos(i.Created)}
+		TotalSpent: i.Spent, FreeAllowanceLeft: i.Allowance, Earned: i.Earned, PaidOut: i.PaidOut,
+		CreatedAt: fromNanos(i.Created)}
 }
 
 // secretItem is an API key or worker token: once under its hash (the

@@ -501,9 +501,14 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			// their transactions conflict. The shard is created by its
 			// first earning; the account exists, as Assign took it from
 			// the worker's record.
-			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: earnKey(job.WorkerAccount, c.JobID).av(),
-				UpdateExpression:         aws.String("ADD #earned :e"),
-				ExpressionAttributeNames: names(aEarned), ExpressionAttributeValues: values{":e": num(c.Earning)}}})
+			// The shard is in the index's earnings partitions, where
+			// the keeper's payouts find the accounts that earned.
+			ek := earnKey(job.WorkerAccount, c.JobID)
+			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: ek.av(),
+				UpdateExpression:         aws.String("ADD #earned :e SET #gpk = :gpk, #gsk = :gsk"),
+				ExpressionAttributeNames: names(aEarned, schema.GPK, schema.GSK),
+				ExpressionAttributeValues: values{":e": num(c.Earning), ":gpk": str(earnPartition(job.WorkerAccount)),
+					":gsk": str(job.WorkerAccount + "#" + ek.SK)}}})
 		}
 		freeAt := -1
 		if freeWorker {

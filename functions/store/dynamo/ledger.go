@@ -42,6 +42,7 @@ const (
 	aSig       = "signature"
 	aLastValid = "last_valid_block_height"
 	aValue     = "value"
+	aPaidOut   = "paid_out"
 )
 
 // maxTransfersPerWrite keeps MarkSent and Settle inside one transaction of
@@ -541,4 +542,89 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 	}
 	s.hints.setAllowance(accountID, credits)
 	return true, nil
+}
+
+var _ store.Earnings = (*Store)(nil)
+
+// OwedEarnings implements store.Earnings: the accounts in the index's
+// earnings partitions, each then read whole (GetAccount sums its shards).
+func (s *Store) OwedEarnings(ctx context.Context, minimum int64) ([]store.Owed, error) {
+	fail := func(err error) ([]store.Owed, error) { return nil, fmt.Errorf("dynamo: owed earnings: %w", err) }
+	if minimum < 1 {
+		return fail(fmt.Errorf("minimum %d, want at least 1", minimum))
+	}
+	accounts := map[string]bool{}
+	for i := range earnShards {
+		err := s.query(ctx, &dynamodb.QueryInput{IndexName: aws.String(schema.Index),
+			KeyConditionExpression:    aws.String("#gpk = :gpk"),
+			ExpressionAttributeNames:  names(schema.GPK),
+			ExpressionAttributeValues: values{":gpk": str(fmt.Sprintf("%s%d", gEarn, i))},
+		}, func(item map[string]types.AttributeValue) error {
+			var k key
+			if err := unmarshal(item, &k); err != nil {
+				return err
+			}
+			accounts[k.PK[len(pAccount):]] = true
+			return nil
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	var out []store.Owed
+	for _, id := range slices.Sorted(maps.Keys(accounts)) {
+		a, err := s.GetAccount(ctx, id)
+		if err != nil {
+			return fail(err)
+		}
+		if owed := a.Earned - a.PaidOut; owed >= minimum {
+			out = append(out, store.Owed{AccountID: a.ID, Wallet: a.Wallet, Credits: owed})
+		}
+	}
+	return out, nil
+}
+
+// AdjustPaidOut implements store.Earnings: the idempotency item and the
+// account's PaidOut in one transaction, conditioned on the PaidOut read
+// with the earnings (which only grow), so the bound check holds.
+func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64, idem string) (bool, error) {
+	fail := func(err error) (bool, error) {
+		return false, fmt.Errorf("dynamo: adjust paid out of %s by %d (%s): %w", accountID, delta, idem, err)
+	}
+	if idem == "" || delta == 0 {
+		return fail(errors.New("empty key or zero delta"))
+	}
+	mark := key{"PAYOUT#" + idem, "PAYOUT"}
+	for try := 0; ; try++ {
+		if err := s.get(ctx, mark, &struct{}{}); err == nil {
+			return false, nil // the key was used
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return fail(err)
+		}
+		a, err := s.GetAccount(ctx, accountID)
+		if err != nil {
+			return fail(err)
+		}
+		if p := a.PaidOut + delta; p < 0 || p > a.Earned {
+			return fail(fmt.Errorf("paid out %d%+d against earned %d: %w", a.PaidOut, delta, a.Earned, store.ErrInsufficientCredits))
+		}
+		err = s.transact(ctx, []types.TransactWriteItem{
+			{Put: &types.Put{TableName: s.tableName(), Item: mark.av(), ConditionExpression: notExists}},
+			{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
+				UpdateExpression:          aws.String("SET #paid_out = #paid_out + :d"),
+				ConditionExpression:       aws.String("#paid_out = :old"),
+				ExpressionAttributeNames:  names(aPaidOut),
+				ExpressionAttributeValues: values{":d": num(delta), ":old": num(a.PaidOut)}}},
+		})
+		var tf *txFailed
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.As(err, &tf) && tf.failed(0):
+			return false, nil
+		case errors.As(err, &tf) && tf.failed(1) && try < maxStaleRetries:
+			continue // paid out moved meanwhile: read again
+		}
+		return fail(err)
+	}
 }

@@ -443,3 +443,70 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 	}
 	return applied, nil
 }
+
+// bPayoutKeys holds the idempotency keys of AdjustPaidOut, kept forever.
+var bPayoutKeys = []byte("payout_keys")
+
+var _ store.Earnings = (*Store)(nil)
+
+// OwedEarnings implements store.Earnings by scanning the accounts: a daily
+// keeper job on one machine's store.
+func (s *Store) OwedEarnings(ctx context.Context, minimum int64) ([]store.Owed, error) {
+	if minimum < 1 {
+		return nil, fmt.Errorf("embedded: owed earnings: minimum %d, want at least 1", minimum)
+	}
+	var out []store.Owed
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bAccounts).ForEach(func(k, v []byte) error {
+			var a store.Account
+			if err := decode(k, v, &a); err != nil {
+				return err
+			}
+			if owed := a.Earned - a.PaidOut; owed >= minimum {
+				out = append(out, store.Owed{AccountID: a.ID, Wallet: a.Wallet, Credits: owed})
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: owed earnings: %w", err)
+	}
+	return out, nil
+}
+
+// AdjustPaidOut implements store.Earnings.
+func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64, key string) (bool, error) {
+	if key == "" || delta == 0 {
+		return false, fmt.Errorf("embedded: adjust paid out of %s: empty key or zero delta", accountID)
+	}
+	applied := false
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		keys, err := tx.CreateBucketIfNotExists(bPayoutKeys)
+		if err != nil {
+			return err
+		}
+		if keys.Get([]byte(key)) != nil {
+			return nil
+		}
+		accounts := tx.Bucket(bAccounts)
+		var a store.Account
+		if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("account: %w", store.ErrNotFound)
+		}
+		if p := a.PaidOut + delta; p < 0 || p > a.Earned {
+			return fmt.Errorf("paid out %d%+d against earned %d: %w", a.PaidOut, delta, a.Earned, store.ErrInsufficientCredits)
+		}
+		a.PaidOut += delta
+		if err := putJSON(accounts, []byte(accountID), a); err != nil {
+			return err
+		}
+		applied = true
+		return keys.Put([]byte(key), nil)
+	})
+	if err != nil {
+		return false, fmt.Errorf("embedded: adjust paid out of %s by %d (%s): %w", accountID, delta, key, err)
+	}
+	return applied, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,10 +12,11 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store"
 )
 
-// LedgerStore is what the ledger suite needs: the ledger, plus accounts for
-// the daily allowance.
+// LedgerStore is what the ledger suite needs: the ledger and the earnings
+// the keeper pays out, plus accounts for the daily allowance.
 type LedgerStore interface {
 	store.Ledger
+	store.Earnings
 	CreateAccount(ctx context.Context, a store.Account) error
 	GetAccount(ctx context.Context, id string) (store.Account, error)
 }
@@ -153,6 +155,75 @@ var ledgerTests = []struct {
 		mustIs(t, "key reused by another run", l.AddTransfers(ctx, "r2", ts[:1], lt0), store.ErrExists)
 		if err := l.AddTransfers(ctx, "r2", []store.Transfer{{Key: "k", Amount: 0}}, lt0); err == nil {
 			t.Fatal("zero amount accepted")
+		}
+	}},
+	{"Earnings", func(t *testing.T, l LedgerStore) {
+		ctx := context.Background()
+		for _, a := range []store.Account{
+			{ID: "w1", Wallet: "wallet1", Earned: 500, CreatedAt: lt0},
+			{ID: "w2", Wallet: "wallet2", Earned: 99, CreatedAt: lt0},
+			{ID: "w3", Wallet: "wallet3", Earned: 100, PaidOut: 100, CreatedAt: lt0},
+			{ID: "payer", Credits: 1000, CreatedAt: lt0},
+		} {
+			if err := l.CreateAccount(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		owed, err := l.OwedEarnings(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []store.Owed{{AccountID: "w1", Wallet: "wallet1", Credits: 500}}; !slices.Equal(owed, want) {
+			t.Fatalf("owed %v, want %v", owed, want)
+		}
+		// A payout reserves what it sends, once per key; a failed one
+		// gives it back, once.
+		for i, want := range []bool{true, false} {
+			applied, err := l.AdjustPaidOut(ctx, "w1", 300, "payouts/d1/w1")
+			if err != nil || applied != want {
+				t.Fatalf("reserve, call %d: applied %v, %v; want %v", i+1, applied, err, want)
+			}
+		}
+		if a, _ := l.GetAccount(ctx, "w1"); a.PaidOut != 300 || a.Earned != 500 {
+			t.Fatalf("after a reserve retried: paid out %d, earned %d; want 300, 500", a.PaidOut, a.Earned)
+		}
+		if owed, _ := l.OwedEarnings(ctx, 100); len(owed) != 1 || owed[0].Credits != 200 {
+			t.Fatalf("owed after the reserve: %v, want w1 200", owed)
+		}
+		_, err = l.AdjustPaidOut(ctx, "w1", 201, "payouts/d1/w1-more")
+		mustIs(t, "paying out more than earned", err, store.ErrInsufficientCredits)
+		if applied, err := l.AdjustPaidOut(ctx, "w1", -300, "payouts/d1/w1/failed"); err != nil || !applied {
+			t.Fatalf("give back: %v, %v", applied, err)
+		}
+		if applied, err := l.AdjustPaidOut(ctx, "w1", -300, "payouts/d1/w1/failed"); err != nil || applied {
+			t.Fatalf("give back again: %v, %v; want not applied", applied, err)
+		}
+		if a, _ := l.GetAccount(ctx, "w1"); a.PaidOut != 0 {
+			t.Fatalf("paid out %d after the give-back, want 0", a.PaidOut)
+		}
+		_, err = l.AdjustPaidOut(ctx, "w1", -1, "below-zero")
+		mustIs(t, "paid out below zero", err, store.ErrInsufficientCredits)
+		_, err = l.AdjustPaidOut(ctx, "nobody", 1, "k")
+		mustIs(t, "missing account", err, store.ErrNotFound)
+		// Concurrent reserves with distinct keys never exceed earnings.
+		errs := make(chan error, 10)
+		for i := range 10 {
+			go func() {
+				_, err := l.AdjustPaidOut(ctx, "w1", 100, fmt.Sprintf("race-%d", i))
+				errs <- err
+			}()
+		}
+		ok := 0
+		for range 10 {
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case !errors.Is(err, store.ErrInsufficientCredits):
+				t.Errorf("racing reserve: %v", err)
+			}
+		}
+		if a, _ := l.GetAccount(ctx, "w1"); ok != 5 || a.PaidOut != 500 {
+			t.Fatalf("%d racing reserves applied, paid out %d; want 5, 500", ok, a.PaidOut)
 		}
 	}},
 	{"LargePlan", func(t *testing.T, l LedgerStore) {
