@@ -54,8 +54,11 @@ const (
 
 // Keeper runs the scheduled jobs against one cluster and one ledger.
 type Keeper struct {
-	Config   onchain.Config
-	Ledger   store.Ledger
+	Config onchain.Config
+	Ledger store.Ledger
+	// Earnings are the workers' earnings EarningsPayouts pays out; nil
+	// where only explicit payouts (Payouts) run.
+	Earnings store.Earnings
 	Exec     *Executor
 	Stakes   stakes.Client
 	Balances BalanceReader

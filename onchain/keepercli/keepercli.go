@@ -75,6 +75,7 @@ var validate = func() *validator.Validate {
 // ledger is the store the keeper records its runs in.
 type ledger interface {
 	store.Ledger
+	store.Earnings
 	Close() error
 }
 
@@ -214,9 +215,13 @@ const usage = `usage: c0mpute-keeper -config FILE [-execute] COMMAND
 commands:
   rewards  [-at YYYY-MM-DD] [-reserve N]
                                    15:00 UTC treasury split: buyback and burn, staker rewards;
-                                   N USDC base units (unpaid worker earnings) are never split
+                                   the workers' unpaid earnings in the store, plus N USDC base
+                                   units owed elsewhere, are never split
   allowance [-at YYYY-MM-DD]       00:00 UTC staker free-credit allowance
-  payouts  -id ID -owed FILE       worker USDC payouts; FILE is [{"owner","amount"}] in USDC base units
+  payouts  [-at YYYY-MM-DD]        worker USDC payouts of the earnings in the store (at least $1
+                                   owed, to the account's wallet), once a day
+  payouts  -id ID -owed FILE       explicit USDC payouts; FILE is [{"owner","amount"}] in USDC
+                                   base units; the same ID never pays twice
 
 Dry run by default: prints the full plan as JSON and writes nothing.
 `
@@ -282,7 +287,17 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 	if err != nil {
 		return err
 	}
-	k := &keeper.Keeper{Config: oc, Ledger: st, Stakes: client, Balances: ch, Reserved: reserve}
+	if cmd == "rewards" {
+		// Workers' unpaid earnings are the treasury's debt: never split.
+		owed, err := st.OwedEarnings(ctx, 1)
+		if err != nil {
+			return err
+		}
+		for _, o := range owed {
+			reserve += keeper.CreditsToUSDC(o.Credits)
+		}
+	}
+	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Stakes: client, Balances: ch, Reserved: reserve}
 	if cfg.PumpSwapPool != "" {
 		pool, feeBP, err := pumpswap.LoadPool(ctx, client, oc, solana.MustPublicKeyFromBase58(cfg.PumpSwapPool))
 		if err != nil {
@@ -312,8 +327,15 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 		}
 		return out.Encode(shares)
 	case "payouts":
+		if id == "" && owedPath == "" {
+			ts, res, err := k.EarningsPayouts(ctx, day, execute)
+			if err != nil {
+				return err
+			}
+			return out.Encode(map[string]any{"transfers": ts, "result": res})
+		}
 		if id == "" || owedPath == "" {
-			return errors.New("payouts: -id and -owed are required")
+			return errors.New("payouts: -id and -owed go together (without both: the store's earnings)")
 		}
 		b, err := os.ReadFile(owedPath)
 		if err != nil {

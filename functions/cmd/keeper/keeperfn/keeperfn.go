@@ -70,8 +70,9 @@ type Event struct {
 	// DryRun forces a dry run of a manual invocation when execution is
 	// enabled; nothing in an event can turn execution on.
 	DryRun bool `json:"dry_run,omitempty"`
-	// Owed is the payouts job's list of worker amounts ([{"owner",
-	// "amount"}], USDC base units) and PayoutID its idempotency id.
+	// Owed is an explicit payouts list ([{"owner", "amount"}], USDC base
+	// units) and PayoutID its idempotency id; without it (the schedule)
+	// the payouts job pays the workers' earnings in the store.
 	Owed     json.RawMessage `json:"owed,omitempty"`
 	PayoutID string          `json:"payout_id,omitempty"`
 }
@@ -82,8 +83,6 @@ type Result struct {
 	Day     string          `json:"day"`
 	Execute bool            `json:"execute"`
 	Plan    json.RawMessage `json:"plan,omitempty"`
-	// Skipped says why nothing ran (a payouts run with no owed list).
-	Skipped string `json:"skipped,omitempty"`
 }
 
 // Runner runs the keeper command with args, as keepercli.Main does.
@@ -205,12 +204,9 @@ func (h *Handler) Handle(ctx context.Context, ev Event) (Result, error) {
 	switch ev.Job {
 	case JobPayouts:
 		if len(ev.Owed) == 0 || string(ev.Owed) == "null" {
-			// The gateway keeps worker earnings in credits; exporting the
-			// owed USDC list from the store is not wired yet, so a
-			// scheduled run has nothing to pay.
-			res.Skipped = "no owed list in the event"
-			log.Warn("payouts skipped", "reason", res.Skipped)
-			return res, nil
+			// The scheduled run: pay the earnings in the store.
+			args = append(args, "-at", day, JobPayouts)
+			break
 		}
 		owed := filepath.Join(dir, "c0mpute-keeper-owed.json")
 		if err := os.WriteFile(owed, ev.Owed, 0o600); err != nil {

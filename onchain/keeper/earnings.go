@@ -1,0 +1,146 @@
+package keeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gagliardetto/solana-go"
+
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// creditUnits is USDC base units per credit (1 credit = $0.01).
+const creditUnits = 10_000
+
+// payoutLookback is how many earlier days EarningsPayouts looks back for a
+// payouts run left unfinished (a crash, an unresolved transaction), which it
+// finishes before planning today's: a sealed run has reserved its payouts,
+// and only a finished one has given back those that failed.
+const payoutLookback = 30
+
+// EarningsRun is the ledger run id of the earnings payouts of at's day.
+func EarningsRun(at time.Time) string { return "earnings/" + Day(at) }
+
+// EarningsPayouts pays every worker account its earnings not yet paid out
+// (store.Earnings), in USDC to the account's wallet, once a day: accounts
+// owed at least MinPayout, each transfer keyed by day and account. After the
+// plan is sealed each payout is reserved in the store (PaidOut grows, once
+// per key) before anything is sent, and a payout that failed is given back
+// (once) before the run finishes — so a crash anywhere, re-run, neither pays
+// twice nor loses an earning. Without execute it only plans.
+func (k *Keeper) EarningsPayouts(ctx context.Context, at time.Time, execute bool) ([]store.Transfer, Result, error) {
+	if k.Earnings == nil {
+		return nil, Result{}, errors.New("keeper: earnings payouts need a store with earnings")
+	}
+	run := EarningsRun(at)
+	if execute {
+		for d := payoutLookback; d >= 1; d-- {
+			prev := EarningsRun(at.AddDate(0, 0, -d))
+			r, err := k.Ledger.GetRun(ctx, prev)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				continue
+			case err != nil:
+				return nil, Result{}, err
+			case r.State == store.RunSealed:
+				if _, _, err := k.settleEarnings(ctx, prev); err != nil {
+					return nil, Result{}, fmt.Errorf("finish %s first: %w", prev, err)
+				}
+			}
+		}
+	}
+	r, err := k.Ledger.GetRun(ctx, run)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, Result{}, err
+	}
+	if err == nil && r.State != store.RunPlanning {
+		if !execute {
+			ts, err := k.Ledger.RunTransfers(ctx, run)
+			return ts, Result{}, err
+		}
+		return k.settleEarnings(ctx, run)
+	}
+	owed, err := k.Earnings.OwedEarnings(ctx, (MinPayout+creditUnits-1)/creditUnits)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	var ts []store.Transfer
+	var total int64
+	for _, o := range owed {
+		if _, err := solana.PublicKeyFromBase58(o.Wallet); err != nil {
+			continue // no payout wallet on the account: its earnings wait
+		}
+		ts = append(ts, store.Transfer{Key: run + "/" + KindPayout + "/" + o.AccountID, Seq: len(ts), Kind: KindPayout,
+			Recipient: o.Wallet, Mint: k.Config.USDCMint.String(), Amount: o.Credits * creditUnits})
+		total += o.Credits
+	}
+	if !execute {
+		return ts, Result{}, nil
+	}
+	if err := k.sealRaw(ctx, run, ts, fmt.Sprintf(`{"payouts":%d,"credits":%d}`, len(ts), total)); err != nil {
+		return nil, Result{}, err
+	}
+	return k.settleEarnings(ctx, run)
+}
+
+// settleEarnings takes a sealed earnings run to done: reserve, send, give
+// back what failed, finish. Every step is idempotent, so it resumes a run
+// stopped anywhere.
+func (k *Keeper) settleEarnings(ctx context.Context, run string) ([]store.Transfer, Result, error) {
+	ts, err := k.Ledger.RunTransfers(ctx, run)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	for _, t := range ts {
+		account, credits, err := earningOf(run, t)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		if _, err := k.Earnings.AdjustPaidOut(ctx, account, credits, t.Key); err != nil {
+			return nil, Result{}, fmt.Errorf("reserve %s: %w", t.Key, err)
+		}
+	}
+	r, err := k.Ledger.GetRun(ctx, run)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	var res Result
+	if r.State != store.RunDone {
+		if res, err = k.Exec.Execute(ctx, run); err != nil {
+			return nil, res, err
+		}
+		if ts, err = k.Ledger.RunTransfers(ctx, run); err != nil {
+			return nil, res, err
+		}
+		for _, t := range ts {
+			if t.State != store.TransferFailed {
+				continue
+			}
+			account, credits, err := earningOf(run, t)
+			if err != nil {
+				return nil, res, err
+			}
+			if _, err := k.Earnings.AdjustPaidOut(ctx, account, -credits, t.Key+"/failed"); err != nil {
+				return nil, res, fmt.Errorf("give back %s: %w", t.Key, err)
+			}
+		}
+		if err := k.Ledger.FinishRun(ctx, run, nil, k.Exec.now()); err != nil {
+			return nil, res, err
+		}
+	}
+	ts, err = k.Ledger.RunTransfers(ctx, run)
+	return ts, res, err
+}
+
+// earningOf reads the account and the credits back from an earnings
+// transfer.
+func earningOf(run string, t store.Transfer) (account string, credits int64, err error) {
+	account, ok := strings.CutPrefix(t.Key, run+"/"+KindPayout+"/")
+	if !ok || account == "" || t.Amount%creditUnits != 0 {
+		return "", 0, fmt.Errorf("keeper: %s is not an earnings payout of %s", t.Key, run)
+	}
+	return account, t.Amount / creditUnits, nil
+}
