@@ -177,17 +177,25 @@ func (c *Chain) Lookup(ctx context.Context, sig solana.Signature, lastValid uint
 	}
 	if res != nil && len(res.Value) == 1 && res.Value[0] != nil {
 		st := res.Value[0]
+		// A result counts only once it is as final as a landing must
+		// be: a failure seen on a fork that is dropped could be
+		// followed by the same transaction landing, and settling it
+		// failed would pay it again.
+		if !reached(st.ConfirmationStatus, c.Commitment) {
+			return Unknown, nil
+		}
 		if st.Err != nil {
 			return Failed, nil
 		}
-		if reached(st.ConfirmationStatus, c.Commitment) {
-			return Landed, nil
-		}
-		return Unknown, nil
+		return Landed, nil
 	}
 	// Not found. The height is read after the status, so a transaction
-	// that landed just before the expiry is seen by the status call.
-	h, err := c.rpc.GetBlockHeight(ctx, rpc.CommitmentConfirmed)
+	// that landed just before the expiry is seen by the status call. It
+	// is read at finalized commitment, which lags the confirmed height the
+	// blockhash expires by, so a node slightly behind another cannot call
+	// a transaction expired that the other saw land; the RPC endpoint must
+	// keep the transaction history the lookups reach back to.
+	h, err := c.rpc.GetBlockHeight(ctx, rpc.CommitmentFinalized)
 	if err != nil {
 		return Unknown, fmt.Errorf("chain: block height: %w", err)
 	}

@@ -15,11 +15,18 @@ import (
 // creditUnits is USDC base units per credit (1 credit = $0.01).
 const creditUnits = 10_000
 
-// payoutLookback is how many earlier days EarningsPayouts looks back for a
-// payouts run left unfinished (a crash, an unresolved transaction), which it
-// finishes before planning today's: a sealed run has reserved its payouts,
-// and only a finished one has given back those that failed.
-const payoutLookback = 30
+// openBefore and openAfter bound the days around a run's own that
+// EarningsPayouts searches for an earnings run left sealed but unfinished (a
+// crash, an unresolved transaction), to finish it before planning: a sealed
+// run has reserved its payouts, and only a finished one has given back
+// those that failed. A year back, so a run that cannot finish blocks every
+// later one (an error each day, for an operator to see) instead of being
+// forgotten with its reservations; a week ahead, for a day run out of order
+// by hand.
+const (
+	openBefore = 366
+	openAfter  = 7
+)
 
 // EarningsRun is the ledger run id of the earnings payouts of at's day.
 func EarningsRun(at time.Time) string { return "earnings/" + Day(at) }
@@ -29,27 +36,18 @@ func EarningsRun(at time.Time) string { return "earnings/" + Day(at) }
 // owed at least MinPayout, each transfer keyed by day and account. After the
 // plan is sealed each payout is reserved in the store (PaidOut grows, once
 // per key) before anything is sent, and a payout that failed is given back
-// (once) before the run finishes — so a crash anywhere, re-run, neither pays
-// twice nor loses an earning. Without execute it only plans.
+// (once) before the run finishes; every other sealed earnings run nearby is
+// finished first. A crash anywhere, re-run, neither pays twice nor leaves a
+// reservation behind; a run that cannot finish makes every later run fail
+// with its reason until it can. Without execute it only plans.
 func (k *Keeper) EarningsPayouts(ctx context.Context, at time.Time, execute bool) ([]store.Transfer, Result, error) {
 	if k.Earnings == nil {
 		return nil, Result{}, errors.New("keeper: earnings payouts need a store with earnings")
 	}
 	run := EarningsRun(at)
 	if execute {
-		for d := payoutLookback; d >= 1; d-- {
-			prev := EarningsRun(at.AddDate(0, 0, -d))
-			r, err := k.Ledger.GetRun(ctx, prev)
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-				continue
-			case err != nil:
-				return nil, Result{}, err
-			case r.State == store.RunSealed:
-				if _, _, err := k.settleEarnings(ctx, prev); err != nil {
-					return nil, Result{}, fmt.Errorf("finish %s first: %w", prev, err)
-				}
-			}
+		if err := k.finishOpenEarnings(ctx, at, run); err != nil {
+			return nil, Result{}, err
 		}
 	}
 	r, err := k.Ledger.GetRun(ctx, run)
@@ -84,6 +82,79 @@ func (k *Keeper) EarningsPayouts(ctx context.Context, at time.Time, execute bool
 		return nil, Result{}, err
 	}
 	return k.settleEarnings(ctx, run)
+}
+
+// openEarningsRuns lists the sealed, unfinished earnings runs of the days
+// around at, oldest first.
+func (k *Keeper) openEarningsRuns(ctx context.Context, at time.Time) ([]string, error) {
+	var open []string
+	for d := -openBefore; d <= openAfter; d++ {
+		id := EarningsRun(at.AddDate(0, 0, d))
+		r, err := k.Ledger.GetRun(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return nil, err
+		case r.State == store.RunSealed:
+			open = append(open, id)
+		}
+	}
+	return open, nil
+}
+
+// FinishOpenEarnings finishes every sealed, unfinished earnings run around
+// at, so that the workers' unpaid earnings are exactly what the store says
+// they are owed.
+func (k *Keeper) FinishOpenEarnings(ctx context.Context, at time.Time) error {
+	return k.finishOpenEarnings(ctx, at, "")
+}
+
+func (k *Keeper) finishOpenEarnings(ctx context.Context, at time.Time, except string) error {
+	open, err := k.openEarningsRuns(ctx, at)
+	if err != nil {
+		return err
+	}
+	for _, run := range open {
+		if run == except {
+			continue
+		}
+		if _, _, err := k.settleEarnings(ctx, run); err != nil {
+			return fmt.Errorf("finish %s first: %w", run, err)
+		}
+	}
+	return nil
+}
+
+// UnpaidEarnings is the USDC (base units) the treasury owes workers as of
+// at, which the rewards split never touches: earnings not paid out yet,
+// plus every payout of an unfinished run that has not left the treasury.
+// With a run open it errs on the safe side: a payout whose reservation a
+// crash left undone counts twice. After FinishOpenEarnings it is exact.
+func (k *Keeper) UnpaidEarnings(ctx context.Context, at time.Time) (uint64, error) {
+	owed, err := k.Earnings.OwedEarnings(ctx, 1)
+	if err != nil {
+		return 0, err
+	}
+	var units uint64
+	for _, o := range owed {
+		units += CreditsToUSDC(o.Credits)
+	}
+	open, err := k.openEarningsRuns(ctx, at)
+	if err != nil {
+		return 0, err
+	}
+	for _, run := range open {
+		ts, err := k.Ledger.RunTransfers(ctx, run)
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range ts {
+			if t.State != store.TransferConfirmed {
+				units += uint64(t.Amount)
+			}
+		}
+	}
+	return units, nil
 }
 
 // settleEarnings takes a sealed earnings run to done: reserve, send, give

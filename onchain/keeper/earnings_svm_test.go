@@ -148,3 +148,59 @@ func TestEarningsPayoutsCrashAtEveryStep(t *testing.T) {
 		}
 	}
 }
+
+// TestEarningsRunsOutOfOrder: the next day's run stops after its first
+// reservation; a run for the day before, started by hand afterwards, must
+// finish the open run first rather than plan the same earnings again, and
+// until then the unpaid earnings the rewards split must not touch include
+// the reserved ones.
+func TestEarningsRunsOutOfOrder(t *testing.T) {
+	e := svmtest.NewEnv(t)
+	w, earn := earningsWorld(t, e)
+	ctx := context.Background()
+	k := w.keeper(nil)
+	k.Earnings = crashEarnings{earn, &crashPoint{at: 2}}
+	next := w.at.AddDate(0, 0, 1)
+	err := killed(func() error { _, _, err := k.EarningsPayouts(ctx, next, true); return err })
+	if !errors.Is(err, errCrash) {
+		t.Fatalf("crash did not surface: %v", err)
+	}
+	clean := w.earningsKeeper(earn, nil)
+	unpaid, err := clean.UnpaidEarnings(ctx, w.at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	for _, c := range earned {
+		want += keeper.CreditsToUSDC(c)
+	}
+	if unpaid < want {
+		t.Fatalf("unpaid earnings with a run open: %d USDC units, want at least %d (reserved ones included)", unpaid, want)
+	}
+	if err := clean.FinishOpenEarnings(ctx, w.at); err != nil {
+		t.Fatal(err)
+	}
+	if unpaid, _ := clean.UnpaidEarnings(ctx, w.at); unpaid != keeper.CreditsToUSDC(earned[1]) {
+		t.Fatalf("unpaid once the open run finished: %d, want the one below the minimum (%d)", unpaid, keeper.CreditsToUSDC(earned[1]))
+	}
+	w.checkEarnings(t, earn)
+	// Re-crash the same way and let the earlier day's run finish it.
+	w, earn = earningsWorld(t, e)
+	k = w.keeper(nil)
+	k.Earnings = crashEarnings{earn, &crashPoint{at: 2}}
+	if err := killed(func() error { _, _, err := k.EarningsPayouts(ctx, next, true); return err }); !errors.Is(err, errCrash) {
+		t.Fatalf("crash did not surface: %v", err)
+	}
+	clean = w.earningsKeeper(earn, nil)
+	if _, _, err := clean.EarningsPayouts(ctx, w.at, true); err != nil {
+		t.Fatal(err)
+	}
+	w.checkEarnings(t, earn)
+	if _, _, err := clean.EarningsPayouts(ctx, w.at.AddDate(0, 0, 2), true); err != nil {
+		t.Fatal(err)
+	}
+	w.checkEarnings(t, earn)
+	if unpaid, _ := clean.UnpaidEarnings(ctx, w.at); unpaid != keeper.CreditsToUSDC(earned[1]) {
+		t.Fatalf("unpaid after the payouts: %d, want the one below the minimum (%d)", unpaid, keeper.CreditsToUSDC(earned[1]))
+	}
+}

@@ -287,17 +287,22 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 	if err != nil {
 		return err
 	}
+	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Stakes: client, Balances: ch, Reserved: reserve}
 	if cmd == "rewards" {
 		// Workers' unpaid earnings are the treasury's debt: never split.
-		owed, err := st.OwedEarnings(ctx, 1)
+		// An execution first finishes any payouts run left open, so the
+		// debt is exact; a dry run estimates it on the safe side.
+		if execute {
+			if err := k.FinishOpenEarnings(ctx, day); err != nil {
+				return err
+			}
+		}
+		unpaid, err := k.UnpaidEarnings(ctx, day)
 		if err != nil {
 			return err
 		}
-		for _, o := range owed {
-			reserve += keeper.CreditsToUSDC(o.Credits)
-		}
+		k.Reserved += unpaid
 	}
-	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Stakes: client, Balances: ch, Reserved: reserve}
 	if cfg.PumpSwapPool != "" {
 		pool, feeBP, err := pumpswap.LoadPool(ctx, client, oc, solana.MustPublicKeyFromBase58(cfg.PumpSwapPool))
 		if err != nil {

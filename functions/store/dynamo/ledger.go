@@ -611,10 +611,12 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		err = s.transact(ctx, []types.TransactWriteItem{
 			{Put: &types.Put{TableName: s.tableName(), Item: mark.av(), ConditionExpression: notExists}},
 			{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
-				UpdateExpression:          aws.String("SET #paid_out = #paid_out + :d"),
-				ConditionExpression:       aws.String("#paid_out = :old"),
+				// An account item written before PaidOut existed has no
+				// attribute: it counts as 0.
+				UpdateExpression:          aws.String("SET #paid_out = if_not_exists(#paid_out, :zero) + :d"),
+				ConditionExpression:       aws.String(paidOutIs(a.PaidOut)),
 				ExpressionAttributeNames:  names(aPaidOut),
-				ExpressionAttributeValues: values{":d": num(delta), ":old": num(a.PaidOut)}}},
+				ExpressionAttributeValues: values{":d": num(delta), ":old": num(a.PaidOut), ":zero": num(0)}}},
 		})
 		var tf *txFailed
 		switch {
@@ -627,4 +629,12 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		}
 		return fail(err)
 	}
+}
+
+// paidOutIs is the condition that PaidOut still is old.
+func paidOutIs(old int64) string {
+	if old == 0 {
+		return "attribute_exists(pk) AND (attribute_not_exists(#paid_out) OR #paid_out = :old)"
+	}
+	return "#paid_out = :old"
 }
