@@ -3,6 +3,8 @@ package chattemplate
 import (
 	"fmt"
 	"strings"
+
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 )
 
 // Metadata keys read by FromMetadata.
@@ -68,10 +70,10 @@ func specialTexts(md map[string]any) (bos, eos string, err error) {
 	case "gpt2":
 		bosID, eosID = 11, 11
 	}
-	if n, ok := asInt(md["tokenizer.ggml.bos_token_id"]); ok {
+	if n, ok := gguf.Int(md["tokenizer.ggml.bos_token_id"]); ok {
 		bosID = n
 	}
-	if n, ok := asInt(md["tokenizer.ggml.eos_token_id"]); ok {
+	if n, ok := gguf.Int(md["tokenizer.ggml.eos_token_id"]); ok {
 		eosID = n
 	}
 	text := func(id int64) string {
@@ -81,31 +83,4 @@ func specialTexts(md map[string]any) (bos, eos string, err error) {
 		return ""
 	}
 	return text(bosID), text(eosID), nil
-}
-
-func asInt(x any) (int64, bool) {
-	switch n := x.(type) {
-	case int:
-		return int64(n), true
-	case int8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint8:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case uint64:
-		if n > 1<<62 {
-			return 0, false
-		}
-		return int64(n), true
-	}
-	return 0, false
 }

@@ -68,22 +68,39 @@ func (m Metadata) String(key string) (string, bool) {
 // Uint returns a non-negative integer value of any integer type.
 func (m Metadata) Uint(key string) (uint64, bool) {
 	switch v := m[key].(type) {
-	case uint8:
-		return uint64(v), true
-	case uint16:
-		return uint64(v), true
-	case uint32:
-		return uint64(v), true
-	case uint64:
+	case uint64: // the one kind past int64
 		return v, true
+	case uint:
+		return uint64(v), true
+	}
+	n, ok := Int(m[key])
+	return uint64(n), ok && n >= 0
+}
+
+// Int reads a metadata value of any Go integer kind; values past int64
+// fail. Packages that take metadata as a plain map use it too.
+func Int(x any) (int64, bool) {
+	switch n := x.(type) {
+	case int:
+		return int64(n), true
 	case int8:
-		return uint64(v), v >= 0
+		return int64(n), true
 	case int16:
-		return uint64(v), v >= 0
+		return int64(n), true
 	case int32:
-		return uint64(v), v >= 0
+		return int64(n), true
 	case int64:
-		return uint64(v), v >= 0
+		return n, true
+	case uint:
+		return int64(n), uint64(n) <= math.MaxInt64
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint64:
+		return int64(n), n <= math.MaxInt64
 	}
 	return 0, false
 }

@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"fmt"
 	"math"
+
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 )
 
 // GGUF metadata keys the tokenizer reads.
@@ -75,7 +77,7 @@ func FromMetadata(md map[string]any) (*Tokenizer, error) {
 		if !ok {
 			continue
 		}
-		n, ok := asInt(raw)
+		n, ok := gguf.Int(raw)
 		if !ok {
 			return nil, fmt.Errorf("tokenizer: %s is %T, not an integer", e.key, raw)
 		}
@@ -208,34 +210,7 @@ func mdInts(md map[string]any, key string) ([]int64, error) {
 	case []uint16:
 		return conv(len(a), func(i int) (int64, bool) { return int64(a[i]), true })
 	case []any:
-		return conv(len(a), func(i int) (int64, bool) { return asInt(a[i]) })
+		return conv(len(a), func(i int) (int64, bool) { return gguf.Int(a[i]) })
 	}
 	return nil, fmt.Errorf("tokenizer: %s is %T, not an array of integers", key, raw)
-}
-
-// asInt reads any Go integer kind; values past int64 fail.
-func asInt(x any) (int64, bool) {
-	switch n := x.(type) {
-	case int:
-		return int64(n), true
-	case int8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint:
-		return int64(n), uint64(n) <= math.MaxInt64
-	case uint8:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case uint64:
-		return int64(n), n <= math.MaxInt64
-	}
-	return 0, false
 }
