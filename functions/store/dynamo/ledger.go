@@ -330,26 +330,16 @@ func (s *Store) transfers(ctx context.Context, keys []string) (map[string]store.
 				req = append(req, xferKey(k).av())
 			}
 		}
-		pending := map[string]types.KeysAndAttributes{s.table: {Keys: req, ConsistentRead: aws.Bool(true)}}
-		wait := conflictBaseWait
-		for try := 0; len(pending) > 0; try++ {
-			if try > 0 {
-				if err := sleep(ctx, &wait); err != nil {
-					return nil, err
-				}
+		err := s.batchGet(ctx, req, func(item map[string]types.AttributeValue) error {
+			var it xferItem
+			if err := unmarshal(item, &it); err != nil {
+				return err
 			}
-			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: pending})
-			if err != nil {
-				return nil, err
-			}
-			for _, item := range res.Responses[s.table] {
-				var it xferItem
-				if err := unmarshal(item, &it); err != nil {
-					return nil, err
-				}
-				out[it.Key] = it.transfer()
-			}
-			pending = res.UnprocessedKeys
+			out[it.Key] = it.transfer()
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -61,37 +61,51 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 		p := fmt.Sprintf("%s%d", pStats, i)
 		keys = append(keys, key{p, sTotal}.av(), key{p, lastFull}.av())
 	}
-	// A batch may come back partly processed under load: ask again for
-	// the rest until none is left.
+	err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		var c struct {
+			SK     string `dynamodbav:"sk"`
+			Jobs   int64  `dynamodbav:"jobs"`
+			Tokens int64  `dynamodbav:"tokens"`
+		}
+		if err := unmarshal(item, &c); err != nil {
+			return err
+		}
+		if c.SK == sTotal {
+			st.JobsCompleted += c.Jobs
+			st.TokensServed += c.Tokens
+		} else {
+			st.TokensLastMinute += c.Tokens
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return st, nil
+}
+
+// batchGet reads keys (at most 100) consistently and calls fn for each item
+// found. A batch may come back partly processed under load: the rest is
+// asked for again after a backoff until none is left.
+func (s *Store) batchGet(ctx context.Context, keys []map[string]types.AttributeValue, fn func(map[string]types.AttributeValue) error) error {
 	req := map[string]types.KeysAndAttributes{s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 	wait := conflictBaseWait
 	for try := 0; len(req) > 0; try++ {
 		if try > 0 {
 			if err := sleep(ctx, &wait); err != nil {
-				return fail(err)
+				return err
 			}
 		}
 		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		for _, item := range out.Responses[s.table] {
-			var c struct {
-				SK     string `dynamodbav:"sk"`
-				Jobs   int64  `dynamodbav:"jobs"`
-				Tokens int64  `dynamodbav:"tokens"`
-			}
-			if err := unmarshal(item, &c); err != nil {
-				return fail(err)
-			}
-			if c.SK == sTotal {
-				st.JobsCompleted += c.Jobs
-				st.TokensServed += c.Tokens
-			} else {
-				st.TokensLastMinute += c.Tokens
+			if err := fn(item); err != nil {
+				return err
 			}
 		}
 		req = out.UnprocessedKeys
 	}
-	return st, nil
+	return nil
 }
