@@ -53,13 +53,14 @@ resource "aws_lambda_function" "api" {
 
   environment {
     variables = {
-      C0MPUTE_DYNAMODB_TABLE       = aws_dynamodb_table.main.name
-      C0MPUTE_CONNECTIONS_URL      = local.connections_url
-      C0MPUTE_RELAY_URL            = local.relay_url
-      C0MPUTE_LISTENER_SECRET_ARN  = aws_secretsmanager_secret.listener.arn
-      C0MPUTE_LOG_LEVEL            = var.log_level
-      C0MPUTE_RATE_PER_MINUTE      = tostring(var.rate_per_minute)
-      C0MPUTE_WORKER_SHARE_PERCENT = tostring(var.worker_share_percent)
+      C0MPUTE_DYNAMODB_TABLE          = aws_dynamodb_table.main.name
+      C0MPUTE_CONNECTIONS_URL         = local.connections_url
+      C0MPUTE_RELAY_URL               = local.relay_url
+      C0MPUTE_LISTENER_SECRET_ARN     = aws_secretsmanager_secret.listener.arn
+      C0MPUTE_LOG_LEVEL               = var.log_level
+      C0MPUTE_RATE_PER_MINUTE         = tostring(var.rate_per_minute)
+      C0MPUTE_ACCOUNT_RATE_PER_MINUTE = tostring(var.account_rate_per_minute)
+      C0MPUTE_WORKER_SHARE_PERCENT    = tostring(var.worker_share_percent)
     }
   }
 

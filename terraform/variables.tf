@@ -85,6 +85,12 @@ variable "rate_per_minute" {
   default     = 0
 }
 
+variable "account_rate_per_minute" {
+  description = "Requests per minute for all of an account's API keys together (minting keys does not multiply the rate); 0 makes it rate_per_minute."
+  type        = number
+  default     = 0
+}
+
 variable "worker_share_percent" {
   description = "Share of a request's price paid to the worker, percent; 0 keeps the code's default."
   type        = number

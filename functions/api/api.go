@@ -16,6 +16,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/go-playground/validator/v10"
 )
@@ -30,12 +31,13 @@ type Store interface {
 	PutWorkerToken(ctx context.Context, s store.Secret) error
 	ListWorkerTokens(ctx context.Context, accountID string) ([]store.Secret, error)
 	RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) ([]string, error)
-	Admit(ctx context.Context, r store.AdmitRequest) (store.Job, error)
+	Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error)
 	GetJob(ctx context.Context, id string) (store.Job, error)
 	Requeue(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error)
 	Complete(ctx context.Context, c store.Completion) error
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
 	GetWorker(ctx context.Context, conn string) (store.Worker, error)
+	DeleteWorker(ctx context.Context, conn string) (store.Worker, error)
 	Workers(ctx context.Context) ([]store.Worker, error)
 	Stats(ctx context.Context, now time.Time) (store.Stats, error)
 }
@@ -46,6 +48,8 @@ type Dispatcher interface {
 	Dispatch(ctx context.Context, models []string) (int, error)
 	// Released says a worker that Assign gave a job to is idle again.
 	Released(conn string, milliTokPerSec int64)
+	// Forget drops a worker that is gone or cut off from every cache.
+	Forget(conn string)
 }
 
 // Connections posts to and closes relay connections.
@@ -64,6 +68,9 @@ type Relay interface {
 type Limits struct {
 	// RatePerMinute is the per-key request limit.
 	RatePerMinute int64 `validate:"min=1"`
+	// AccountRatePerMinute caps all of an account's keys together, so
+	// minting keys does not multiply the rate; 0 makes it RatePerMinute.
+	AccountRatePerMinute int64 `validate:"min=0"`
 	// QueueWait is how long a job may wait for a worker before 503.
 	QueueWait time.Duration `validate:"min=1"`
 	// FirstToken is how long an assigned worker may take to send the
@@ -109,6 +116,7 @@ type Server struct {
 	now      func() time.Time
 	mux      *http.ServeMux
 	keys     keyCache
+	tickets  *relaymsg.Ticketer
 }
 
 // Config wires a Server. Every field but Now is required.
@@ -118,8 +126,11 @@ type Config struct {
 	Connections Connections
 	Relay       Relay
 	Catalog     *catalog.Catalog
-	Limits      Limits
-	Log         *slog.Logger
+	// Tickets issues the job tickets the relay checks; made from the
+	// listener secret the relay function holds too.
+	Tickets *relaymsg.Ticketer
+	Limits  Limits
+	Log     *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -131,14 +142,17 @@ func New(cfg Config) (*Server, error) {
 	// Checked by hand: the validator reads through pointers, and the
 	// dependencies are live objects other goroutines are using.
 	if cfg.Store == nil || cfg.Dispatcher == nil || cfg.Connections == nil || cfg.Relay == nil ||
-		cfg.Catalog == nil || cfg.Log == nil {
-		return nil, errors.New("api: Store, Dispatcher, Connections, Relay, Catalog and Log are required")
+		cfg.Catalog == nil || cfg.Tickets == nil || cfg.Log == nil {
+		return nil, errors.New("api: Store, Dispatcher, Connections, Relay, Catalog, Tickets and Log are required")
 	}
 	if err := validate.Struct(cfg.Limits); err != nil {
 		return nil, err
 	}
+	if cfg.Limits.AccountRatePerMinute == 0 {
+		cfg.Limits.AccountRatePerMinute = cfg.Limits.RatePerMinute
+	}
 	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
-		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now}
+		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets}
 	if s.now == nil {
 		s.now = time.Now
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/connections"
+	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
@@ -24,6 +26,18 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The body is read: from here the request lives as long as its job may
+	// (the server's read and write timeouts are sized for ordinary
+	// requests, and Go cancels a request whose connection hits its read
+	// deadline). Runtimes without deadlines (Lambda) answer
+	// ErrNotSupported, which is fine.
+	rc := http.NewResponseController(w)
+	lifetime := time.Now().Add(s.limits.Job + deadlineGrace + time.Minute)
+	_ = rc.SetReadDeadline(lifetime)
+	_ = rc.SetWriteDeadline(lifetime)
+	// The user field identifies the end user to the operator; a worker is
+	// a stranger and must not learn who sent a prompt.
+	req.User = ""
 	model, ok := s.catalog.Resolve(req.Model)
 	if !ok {
 		return oaiwire.ModelNotFound(req.Model)
@@ -48,18 +62,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	// Not the client's context: a client that hangs up while Admit is in
 	// flight must not leave the debit's outcome unknown.
 	admitCtx, cancelAdmit := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
-	job, err := s.store.Admit(admitCtx, store.AdmitRequest{
-		KeyHash: p.keyHash,
-		Window:  window,
-		Limit:   s.limits.RatePerMinute,
+	adm, err := s.store.Admit(admitCtx, store.AdmitRequest{
+		KeyHash:      p.keyHash,
+		Window:       window,
+		Limit:        s.limits.RatePerMinute,
+		AccountLimit: s.limits.AccountRatePerMinute,
 		Job: store.Job{ID: id, AccountID: p.account, Model: model.ID, Price: model.Price,
 			State: store.JobQueued, Listener: conn, Created: now, Updated: now},
 	})
 	cancelAdmit()
+	s.rateHeaders(w.Header(), adm, err, window, now)
+	job := adm.Job
 	switch {
 	case errors.Is(err, store.ErrRateLimited):
 		retry := int(window.Add(time.Minute).Sub(now).Seconds()) + 1
-		return oaiwire.RateLimited(s.limits.RatePerMinute, retry)
+		return oaiwire.RateLimited(s.rateLimit(), retry)
 	case errors.Is(err, store.ErrInsufficientCredits):
 		return oaiwire.ErrInsufficientQuota
 	case errors.Is(err, store.ErrRevoked), errors.Is(err, store.ErrNotFound):
@@ -89,6 +106,33 @@ const storeTimeout = 10 * time.Second
 // queueRecheck is how often a queued job tries to claim a worker itself.
 const queueRecheck = 500 * time.Millisecond
 
+// deadlineGrace is how long past the job's deadline the gateway still waits
+// for the worker's last message: a worker ends its reply at the deadline
+// (finish_reason "length"), and its done needs a moment to arrive.
+const deadlineGrace = 5 * time.Second
+
+// Bounds on what one worker can make the gateway hold for one job. Past
+// any of them the worker broke the protocol (an honest one sends in order,
+// at most a few messages ahead after the relay reorders, and far less text
+// than this): it is cut off, earns nothing, and the job moves on or ends.
+const (
+	// maxAhead is how far past the next expected sequence number a
+	// message may be; maxPending how many may wait for a gap to close.
+	maxAhead   = 256
+	maxPending = 256
+	// maxPendingBytes bounds the text waiting for a gap to close.
+	maxPendingBytes = 4 << 20
+	// maxReplyBytes bounds a whole reply: a million tokens, the largest
+	// max_tokens a request may ask for, are about 4 MB of text.
+	maxReplyBytes = 8 << 20
+)
+
+// maxGoneRetries bounds the moves of a job away from workers whose
+// connection turned out to be gone before the job reached them: those do
+// not use up the job's attempts (the job never ran), but a store that keeps
+// offering dead workers must not loop forever.
+const maxGoneRetries = 16
+
 // newCompletionID makes the id shared by the job and the OpenAI response.
 func newCompletionID() string {
 	b := make([]byte, 18)
@@ -105,11 +149,20 @@ type jobRun struct {
 	box   *listener.Mailbox
 	out   sink
 
-	worker   string // connection of the assigned worker
-	seq      int64  // next expected message sequence from the worker
-	pending  map[int64]any
-	firstAt  time.Time // first chunk from the worker
-	attempts int
+	worker       string // connection of the assigned worker
+	seq          int64  // next expected message sequence from the worker
+	pending      map[int64]any
+	pendingBytes int
+	firstAt      time.Time // first chunk from the worker
+	attempts     int
+	goneRetries  int
+	// jobBytes is the size of the job message the worker received, the
+	// bound of its prompt token claim.
+	jobBytes int
+	// deltas and replyBytes are what the gateway relayed from the
+	// current worker: its own count, the bound of the worker's claims.
+	deltas     int64
+	replyBytes int64
 }
 
 // outcome of waiting for a worker's reply.
@@ -123,14 +176,20 @@ const (
 
 func (j *jobRun) serve(ctx context.Context) error {
 	l := j.s.limits
-	jobCtx, cancel := context.WithDeadline(ctx, j.job.Created.Add(l.Job))
-	defer cancel()
+	// No worker is assigned after the deadline; one that is has until the
+	// deadline to end its reply, and deadlineGrace for its last message
+	// to arrive.
+	deadline := j.job.Created.Add(l.Job)
+	queueCtx, cancelQueue := context.WithDeadline(ctx, deadline)
+	defer cancelQueue()
+	runCtx, cancelRun := context.WithDeadline(ctx, deadline.Add(deadlineGrace))
+	defer cancelRun()
 	for {
 		j.attempts++
-		if assigned, err := j.waitForWorker(jobCtx, ctx); !assigned {
+		if assigned, err := j.waitForWorker(queueCtx, ctx); !assigned {
 			return err
 		}
-		res, err := j.runOnWorker(jobCtx, ctx)
+		res, err := j.runOnWorker(runCtx, ctx)
 		if res != outcomeRetry {
 			return err
 		}
@@ -231,25 +290,45 @@ func (j *jobRun) end(clientCtx context.Context, reason string, apiErr error) err
 // runOnWorker hands the prompt to the worker and relays its reply.
 func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error) {
 	s := j.s
+	deadline := j.job.Created.Add(s.limits.Job)
 	msg, err := relaymsg.Encode(&relaymsg.Job{Job: j.job.ID, ReplyTo: j.job.Listener, Model: j.model.ID,
-		Request: *j.req, Deadline: j.job.Created.Add(s.limits.Job)})
+		Request: *j.req, Deadline: deadline, BudgetMillis: max(deadline.Sub(s.now()).Milliseconds(), 0),
+		Ticket: s.tickets.Issue(j.job.ID, j.worker, j.job.Listener)})
 	if err != nil {
 		// The prompt cannot fit in one relay message: the user's input,
 		// but refused before any work, so refunded.
 		return outcomeFailed, j.end(clientCtx, "too_large", oaiwire.InvalidRequest("messages",
 			"the request is too large to relay to a worker (limit 128 KiB once encoded)"))
 	}
+	j.jobBytes = len(msg)
 	if err := s.conns.Post(jobCtx, j.worker, msg); err != nil {
+		if errors.Is(err, connections.ErrGone) && j.goneRetries < maxGoneRetries {
+			// The connection closed before its $disconnect reached the
+			// store: the job never ran. Nobody may pick that worker
+			// again, and the move costs the job none of its attempts.
+			s.log.Info("worker gone before its job; moving job", "job", j.job.ID, "worker", j.worker)
+			j.goneRetries++
+			j.attempts--
+			j.dropWorker(j.worker, false)
+			return j.retry(clientCtx)
+		}
 		s.log.Warn("worker unreachable; moving job", "job", j.job.ID, "worker", j.worker, "err", err)
 		return j.retry(clientCtx)
 	}
-	j.seq, j.pending, j.firstAt = 0, map[int64]any{}, time.Time{}
+	j.seq, j.pending, j.pendingBytes, j.firstAt = 0, map[int64]any{}, 0, time.Time{}
+	j.deltas, j.replyBytes = 0, 0
 	firstToken := time.NewTimer(s.limits.FirstToken)
 	defer firstToken.Stop()
 	for {
 		for m, ok := j.box.Pop(); ok; m, ok = j.box.Pop() {
 			switch m := m.(type) {
 			case error:
+				if errors.Is(m, listener.ErrOverflow) {
+					// More queued for this job than its client took:
+					// the reply ends here (see listener.ErrOverflow).
+					s.log.Warn("reply overflowed its mailbox", "job", j.job.ID, "worker", j.worker)
+					return outcomeFailed, j.end(clientCtx, "reply_overflow", errReplyOverflow)
+				}
 				return outcomeFailed, j.end(clientCtx, "listener_lost", oaiwire.ErrInternal)
 			case *relaymsg.Lost:
 				if m.Worker == j.worker {
@@ -266,7 +345,14 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 		case <-j.box.Ready():
 		case <-firstToken.C:
 			if j.firstAt.IsZero() {
-				return outcomeFailed, j.end(clientCtx, "first_token_timeout", oaiwire.ErrTimeout)
+				// A worker that says nothing (it registered a model it
+				// does not serve, or hangs) is cut off, and the job moves
+				// while nothing has reached the client.
+				s.log.Warn("no first token in time; cutting the worker off", "job", j.job.ID, "worker", j.worker)
+				lost := j.worker
+				j.cancelOnWorker()
+				j.dropWorker(lost, true)
+				return j.retry(clientCtx)
 			}
 		case <-jobCtx.Done():
 			return outcomeFailed, j.end(clientCtx, "timeout", oaiwire.ErrTimeout)
@@ -274,23 +360,75 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 	}
 }
 
+// errReplyOverflow ends a reply whose messages piled up unread.
+var errReplyOverflow = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer, Code: "reply_overflow",
+	Message: "The reply could not be relayed: more of it was waiting than the gateway holds for one request. The request was not charged."}
+
+// errWorkerBroke ends a reply whose worker broke the relay protocol.
+var errWorkerBroke = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer, Code: "worker_error",
+	Message: "The worker sent an invalid reply and was disconnected. The request was not charged."}
+
 // ordered applies worker messages in sequence order: API Gateway may
-// deliver a connection's messages out of order.
+// deliver a connection's messages out of order. What waits for a gap to
+// close is bounded; a worker past the bounds is cut off.
 func (j *jobRun) ordered(clientCtx context.Context, m any) (outcome, bool, error) {
 	from, seq := sender(m)
 	if from != j.worker || seq < j.seq {
 		return 0, false, nil // not from our worker, or a duplicate
 	}
+	if _, dup := j.pending[seq]; dup {
+		return 0, false, nil
+	}
+	size := messageBytes(m)
+	if seq-j.seq > maxAhead || len(j.pending) >= maxPending || j.pendingBytes+size > maxPendingBytes {
+		return j.brokeProtocol(clientCtx, "out-of-order messages past the bounds")
+	}
 	j.pending[seq] = m
+	j.pendingBytes += size
 	for {
 		next, ok := j.pending[j.seq]
 		if !ok {
 			return 0, false, nil
 		}
 		delete(j.pending, j.seq)
+		j.pendingBytes -= messageBytes(next)
 		j.seq++
 		if res, done, err := j.apply(clientCtx, next); done {
 			return res, true, err
+		}
+	}
+}
+
+// brokeProtocol cuts off a worker that broke the protocol: the job moves
+// if nothing reached the client, else it ends with an error and a refund.
+func (j *jobRun) brokeProtocol(clientCtx context.Context, why string) (outcome, bool, error) {
+	s := j.s
+	lost := j.worker
+	s.log.Warn("worker broke the protocol; cutting it off", "job", j.job.ID, "worker", lost, "why", why)
+	j.cancelOnWorker()
+	j.dropWorker(lost, true)
+	if j.out.committed() {
+		j.worker = ""
+		return outcomeFailed, true, j.end(clientCtx, "worker_protocol", errWorkerBroke)
+	}
+	res, err := j.retry(clientCtx)
+	return res, true, err
+}
+
+// dropWorker makes sure no dispatcher picks a worker again: its record
+// goes (a live connection re-registers on its next connect), the
+// dispatcher forgets it, and with cut its connection is closed too.
+func (j *jobRun) dropWorker(conn string, cut bool) {
+	s := j.s
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	s.dispatch.Forget(conn)
+	if _, err := s.store.DeleteWorker(ctx, conn); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("drop worker", "worker", conn, "err", err)
+	}
+	if cut {
+		if err := s.conns.Delete(ctx, conn); err != nil {
+			s.log.Warn("close worker connection", "worker", conn, "err", err)
 		}
 	}
 }
@@ -307,6 +445,28 @@ func sender(m any) (string, int64) {
 	return "", -1
 }
 
+// messageBytes is the text a worker message carries, for the bounds.
+func messageBytes(m any) int {
+	c, ok := m.(*relaymsg.Chunk)
+	if !ok {
+		return 64
+	}
+	n := 0
+	for _, d := range c.Deltas {
+		n += deltaBytes(d)
+	}
+	return n
+}
+
+// deltaBytes is the text of one delta.
+func deltaBytes(d oaiwire.Delta) int {
+	n := len(d.Content) + len(d.Reasoning)
+	for _, tc := range d.ToolCalls {
+		n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	return n
+}
+
 func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) {
 	switch m := m.(type) {
 	case *relaymsg.Chunk:
@@ -314,6 +474,14 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 			j.firstAt = j.s.now()
 		}
 		for _, d := range m.Deltas {
+			if d.Empty() {
+				continue
+			}
+			j.deltas++
+			j.replyBytes += int64(deltaBytes(d))
+			if j.replyBytes > maxReplyBytes {
+				return j.brokeProtocol(clientCtx, "reply larger than any request can ask for")
+			}
 			if err := j.out.delta(d); err != nil {
 				// The client is gone mid-stream.
 				return outcomeFailed, true, j.end(clientCtx, "client_gone", nil)
@@ -321,8 +489,8 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 		}
 		return 0, false, nil
 	case *relaymsg.Done:
-		j.complete(m)
-		return outcomeDone, true, j.out.finish(m.FinishReason, m.Usage)
+		usage := j.complete(m)
+		return outcomeDone, true, j.out.finish(m.FinishReason, usage)
 	case *relaymsg.Fail:
 		j.s.log.Warn("worker failed job", "job", j.job.ID, "worker", j.worker, "code", m.Code)
 		j.s.settleFailure(j.job.ID, "worker_error", true)
@@ -365,17 +533,18 @@ func (j *jobRun) cancelOnWorker() {
 const completeTries = 3
 
 // complete settles a finished job: the worker's earning, its measured
-// speed, and dispatch of the next job now that it is idle.
-func (j *jobRun) complete(m *relaymsg.Done) {
+// speed, and dispatch of the next job now that it is idle. It returns the
+// usage to report, the worker's claim bounded by what the gateway relayed.
+func (j *jobRun) complete(m *relaymsg.Done) oaiwire.Usage {
 	s := j.s
 	now := s.now()
-	c := store.Completion{JobID: j.job.ID, Worker: j.worker, PromptTokens: m.Usage.PromptTokens,
-		CompletionTokens: m.Usage.CompletionTokens, Earning: j.job.Price * s.limits.WorkerSharePercent / 100, At: now}
-	// Decode speed: tokens after the first over the time since the first
-	// chunk arrived, as the gateway saw it, never as the worker claims.
-	if el := now.Sub(j.firstAt); m.Usage.CompletionTokens > 1 && !j.firstAt.IsZero() && el > 0 {
-		c.MilliTokPerSec = (m.Usage.CompletionTokens - 1) * int64(time.Second/time.Microsecond) * 1000 / max(el.Microseconds(), 1)
-	}
+	usage := boundUsage(m.Usage, j.deltas, j.replyBytes, j.jobBytes)
+	c := store.Completion{JobID: j.job.ID, Worker: j.worker, PromptTokens: usage.PromptTokens,
+		CompletionTokens: usage.CompletionTokens, Earning: j.job.Price * s.limits.WorkerSharePercent / 100, At: now}
+	// Decode speed: the deltas the gateway relayed after the first, over
+	// the time since the first chunk arrived, as the gateway saw it —
+	// never as the worker claims — and capped (see measuredSpeed).
+	c.MilliTokPerSec = measuredSpeed(j.deltas, now.Sub(j.firstAt), !j.firstAt.IsZero())
 	// Complete is idempotent: a failed attempt is tried again, since a
 	// job left assigned keeps its worker busy and unpaid.
 	var err error
@@ -392,10 +561,40 @@ func (j *jobRun) complete(m *relaymsg.Done) {
 	}
 	if err != nil {
 		s.log.Error("complete job", "job", j.job.ID, "err", err)
-		return
+		return usage
 	}
 	s.dispatch.Released(j.worker, c.MilliTokPerSec)
-	go s.dispatchWorker(j.worker, j.model.ID)
+	worker, model := j.worker, j.model.ID
+	s.goSafe("dispatch after completion", func() { s.dispatchWorker(worker, model) })
+	return usage
+}
+
+// boundUsage bounds a worker's token claims by what the gateway saw: no
+// more completion tokens than the deltas or bytes it relayed (a token is
+// at least one byte, or a delta of its own), no more prompt tokens than
+// the bytes of the job message, never negative. Nothing a worker claims
+// moves money or dispatch weight beyond what it delivered.
+func boundUsage(claim oaiwire.Usage, deltas, replyBytes int64, jobBytes int) oaiwire.Usage {
+	u := oaiwire.Usage{
+		PromptTokens:     min(max(claim.PromptTokens, 0), int64(jobBytes)),
+		CompletionTokens: min(max(claim.CompletionTokens, 0), max(deltas, replyBytes)),
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// measuredSpeed is deltas after the first over elapsed, in thousandths of a
+// token per second, capped at dispatch.MaxMilliTokPerSec; 0 when it cannot
+// be measured. Integer arithmetic that cannot overflow: deltas are bounded
+// by maxReplyBytes.
+func measuredSpeed(deltas int64, elapsed time.Duration, started bool) int64 {
+	us := elapsed.Microseconds()
+	if !started || deltas < 2 || us <= 0 {
+		return 0
+	}
+	// (deltas-1) tokens per us × 10^9 = milli-tokens per second.
+	v := (deltas - 1) * 1_000_000_000 / us
+	return min(v, dispatch.MaxMilliTokPerSec)
 }
 
 // dispatchWorker runs dispatch for the models of a worker that turned idle.
@@ -426,6 +625,6 @@ func (s *Server) settleFailure(jobID, reason string, refund bool) {
 	}
 	s.log.Info("job failed", "job", jobID, "reason", reason, "refunded", job.Refunded)
 	if job.Worker != "" {
-		go s.dispatchWorker(job.Worker, job.Model)
+		s.goSafe("dispatch after failure", func() { s.dispatchWorker(job.Worker, job.Model) })
 	}
 }

@@ -21,6 +21,14 @@ import (
 // still gets jobs and can be measured.
 const MinMilliTokPerSec = 5_000
 
+// MaxMilliTokPerSec is the weight ceiling: 1,000 tok/s, above any single
+// stream a contributor GPU decodes (a 4090 serves an 8B model at ~150
+// tok/s). A speed is the gateway's own measurement, but a worker chooses
+// when its messages arrive; the cap bounds what a fast-replying worker can
+// draw to 200 times the floor, and keeps every sum of weights far from
+// overflow (2^63 / 10^6 is 9 × 10^12 workers).
+const MaxMilliTokPerSec = 1_000_000
+
 // maxClaimTries bounds the claims one Assign makes when other dispatchers
 // keep winning the workers it picks.
 const maxClaimTries = 64
@@ -113,6 +121,12 @@ func (d *Dispatcher) Released(conn string, milliTokPerSec int64) {
 	d.idle.release(conn, milliTokPerSec)
 }
 
+// Forget drops a worker from every cache of this dispatcher: its
+// connection is gone or was cut off, and no job may be handed to it again.
+func (d *Dispatcher) Forget(conn string) {
+	d.idle.forget(conn)
+}
+
 // jobState re-reads a job when a claim fails: it tells "the job is taken"
 // (stop) from "the worker is taken" (try another). The queue is only a hint.
 func (d *Dispatcher) jobState(ctx context.Context, id string) (store.JobState, error) {
@@ -139,7 +153,11 @@ func (d *Dispatcher) choose(ws []store.Worker) int {
 	return len(ws) - 1
 }
 
-func weight(w store.Worker) int64 { return max(w.MilliTokPerSec, MinMilliTokPerSec) }
+// weight is a worker's draw, its speed within [MinMilliTokPerSec,
+// MaxMilliTokPerSec] whatever the record says.
+func weight(w store.Worker) int64 {
+	return min(max(w.MilliTokPerSec, MinMilliTokPerSec), MaxMilliTokPerSec)
+}
 
 // Dispatch drains the queues of the models: while a model has queued jobs
 // and idle workers, the oldest job goes to a worker and its listener is told.

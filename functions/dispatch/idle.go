@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -91,4 +92,14 @@ func (c *idleCache) release(conn string, milliTokPerSec int64) {
 			l.workers = append(l.workers, w)
 		}
 	}
+}
+
+// forget removes a worker from every list and from the lent set.
+func (c *idleCache) forget(conn string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.byModel {
+		l.workers = slices.DeleteFunc(l.workers, func(w store.Worker) bool { return w.Conn == conn })
+	}
+	delete(c.lent, conn)
 }

@@ -55,10 +55,10 @@ func TestIdleCache(t *testing.T) {
 	}
 	admit := func(id string) store.Job {
 		t.Helper()
-		j, err := st.Admit(ctx, store.AdmitRequest{KeyHash: "h", Window: now, Limit: 100,
+		adm, err := st.Admit(ctx, store.AdmitRequest{KeyHash: "h", Window: now, Limit: 100,
 			Job: store.Job{ID: id, Model: "m", Price: 1, Listener: "l", Created: now}})
 		must(err)
-		return j
+		return adm.Job
 	}
 	assign := func(id string) store.Job {
 		t.Helper()

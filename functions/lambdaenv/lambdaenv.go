@@ -39,6 +39,7 @@ const (
 	EnvBatchWindowMS   = "C0MPUTE_BATCH_WINDOW_MS"
 	EnvLogLevel        = "C0MPUTE_LOG_LEVEL"
 	EnvRatePerMinute   = "C0MPUTE_RATE_PER_MINUTE"
+	EnvAccountRate     = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
 	EnvWorkerSharePct  = "C0MPUTE_WORKER_SHARE_PERCENT"
 	defaultBatchWindow = 50 * time.Millisecond
 )
@@ -66,8 +67,11 @@ type API struct {
 	RelayURL string `validate:"required,url,startswith=ws"`
 	// RatePerMinute and WorkerSharePercent override the defaults of
 	// api.DefaultLimits when set.
-	RatePerMinute      int64 `validate:"min=0"`
-	WorkerSharePercent int64 `validate:"min=0,max=100"`
+	RatePerMinute int64 `validate:"min=0"`
+	// AccountRatePerMinute caps an account's keys together; 0 makes it
+	// RatePerMinute.
+	AccountRatePerMinute int64 `validate:"min=0"`
+	WorkerSharePercent   int64 `validate:"min=0,max=100"`
 }
 
 // Relay is the relay function's configuration.
@@ -111,6 +115,9 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 	}
 	c := API{Gateway: g, RelayURL: e(EnvRelayURL)}
 	if c.RatePerMinute, err = e.integer(EnvRatePerMinute); err != nil {
+		return API{}, err
+	}
+	if c.AccountRatePerMinute, err = e.integer(EnvAccountRate); err != nil {
 		return API{}, err
 	}
 	if c.WorkerSharePercent, err = e.integer(EnvWorkerSharePct); err != nil {
@@ -166,7 +173,7 @@ func check(c any) error {
 var variable = map[string]string{
 	"Table": EnvTable, "DynamoEndpoint": EnvDynamoEndpoint, "ConnectionsURL": EnvConnectionsURL,
 	"ListenerSecret": EnvListenerSecret + " or " + EnvListenerFile, "RelayURL": EnvRelayURL,
-	"RatePerMinute": EnvRatePerMinute, "WorkerSharePercent": EnvWorkerSharePct, "BatchWindow": EnvBatchWindowMS,
+	"RatePerMinute": EnvRatePerMinute, "AccountRatePerMinute": EnvAccountRate, "WorkerSharePercent": EnvWorkerSharePct, "BatchWindow": EnvBatchWindowMS,
 }
 
 // Secret reads a secret from Secrets Manager (arnVar holds its ARN) or from

@@ -25,6 +25,21 @@ import (
 // were addressed to closed: nothing more will arrive for it.
 var ErrLost = errors.New("listener: relay connection lost")
 
+// ErrOverflow is delivered to a job's mailbox, as its last message, when
+// more arrived for the job than a mailbox holds unread; later messages are
+// dropped. The job cannot be relayed whole and must end.
+var ErrOverflow = errors.New("listener: mailbox overflow")
+
+// A mailbox holds at most this much unread. The reader hands each message
+// to its request at once and the request writes it to its client, so an
+// honest reply waits here only while a client is slow; what piles up past
+// these bounds is a flood (or a client that stopped reading), and holding
+// it would let one job grow the process without limit.
+const (
+	mailboxMessages = 4096
+	mailboxBytes    = 8 << 20
+)
+
 // rollAfter is when a connection is replaced: API Gateway closes
 // connections at 2 h, so a fresh one takes new jobs well before, and the
 // old one lives on for the jobs addressed to it.
@@ -268,6 +283,16 @@ func (l *Listener) retire(c *conn) {
 }
 
 func (l *Listener) read(c *conn) {
+	defer func() {
+		// Whatever a peer sent, a bad message must not take the API (and
+		// every stream in it) down: the connection is given up instead,
+		// and maintain replaces it.
+		if p := recover(); p != nil {
+			l.cfg.Log.Error("relay listener reader panicked", "panic", p)
+			l.lose(c, fmt.Errorf("reader panicked: %v", p))
+			c.ws.CloseNow()
+		}
+	}()
 	for {
 		_, b, err := c.ws.Read(context.Background())
 		if err != nil {
@@ -302,7 +327,7 @@ func (l *Listener) read(c *conn) {
 		box := l.boxes[job]
 		l.mu.Unlock()
 		if box != nil {
-			box.put(m)
+			box.put(m, len(b))
 		}
 	}
 }
@@ -323,24 +348,39 @@ func (l *Listener) lose(c *conn, err error) {
 		l.cfg.Log.Warn("relay listener connection lost", "conn", c.id, "err", err, "jobs", len(lost))
 	}
 	for _, b := range lost {
-		b.put(ErrLost)
+		b.put(ErrLost, 0)
 	}
 }
 
-// Mailbox receives one job's messages in arrival order, unbounded, so the
-// connection's reader never waits on a slow client.
+// Mailbox receives one job's messages in arrival order, so the
+// connection's reader never waits on a slow client. It holds at most
+// mailboxMessages or mailboxBytes unread; past that it takes ErrOverflow
+// and drops the rest.
 type Mailbox struct {
-	job    string
-	l      *Listener
-	conn   *conn
-	mu     sync.Mutex
-	queue  []any
-	signal chan struct{}
+	job      string
+	l        *Listener
+	conn     *conn
+	mu       sync.Mutex
+	queue    []any
+	sizes    []int
+	bytes    int
+	overflow bool
+	signal   chan struct{}
 }
 
-func (b *Mailbox) put(m any) {
+func (b *Mailbox) put(m any, size int) {
 	b.mu.Lock()
+	switch {
+	case b.overflow:
+		b.mu.Unlock()
+		return
+	case len(b.queue) >= mailboxMessages || b.bytes+size > mailboxBytes:
+		b.overflow = true
+		m, size = ErrOverflow, 0
+	}
 	b.queue = append(b.queue, m)
+	b.sizes = append(b.sizes, size)
+	b.bytes += size
 	b.mu.Unlock()
 	select {
 	case b.signal <- struct{}{}:
@@ -349,7 +389,7 @@ func (b *Mailbox) put(m any) {
 }
 
 // Pop returns the next message, if one is there: a *relaymsg.Assign, Lost,
-// Chunk, Done or Fail, or ErrLost as a value.
+// Chunk, Done or Fail, or ErrLost or ErrOverflow as a value.
 func (b *Mailbox) Pop() (any, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -359,6 +399,8 @@ func (b *Mailbox) Pop() (any, bool) {
 	m := b.queue[0]
 	b.queue[0] = nil
 	b.queue = b.queue[1:]
+	b.bytes -= b.sizes[0]
+	b.sizes = b.sizes[1:]
 	return m, true
 }
 

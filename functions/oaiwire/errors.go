@@ -81,7 +81,7 @@ func ModelNotFound(model string) *Error {
 // RateLimited is a 429 with the seconds until the window resets.
 func RateLimited(limit int64, retryAfter int) *Error {
 	return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "rate_limit_exceeded", RetryAfter: retryAfter,
-		Message: "Rate limit reached: " + strconv.FormatInt(limit, 10) + " requests per minute for this key. Retry after " + strconv.Itoa(retryAfter) + "s."}
+		Message: "Rate limit reached: " + strconv.FormatInt(limit, 10) + " requests per minute (per key, and for all of an account's keys together). Retry after " + strconv.Itoa(retryAfter) + "s."}
 }
 
 // WriteError writes err as an OpenAI error response. An error that is not

@@ -88,17 +88,22 @@ type Chunk struct {
 	// may deliver them out of order.
 	Seq    int64           `json:"seq" validate:"min=0"`
 	Deltas []oaiwire.Delta `json:"deltas" validate:"required,min=1,max=4096"`
+	// Ticket is the job's ticket, copied from the Job message.
+	Ticket string `json:"ticket" validate:"required,len=43"`
 }
 
 // Done ends a job's reply.
 type Done struct {
 	Header
-	Job          string        `json:"job" validate:"required,max=64"`
-	To           string        `json:"to" validate:"required,max=128"`
-	From         string        `json:"from,omitempty"`
-	Seq          int64         `json:"seq" validate:"min=0"`
-	FinishReason string        `json:"finish_reason" validate:"required,oneof=stop length tool_calls content_filter"`
-	Usage        oaiwire.Usage `json:"usage"`
+	Job          string `json:"job" validate:"required,max=64"`
+	To           string `json:"to" validate:"required,max=128"`
+	From         string `json:"from,omitempty"`
+	Seq          int64  `json:"seq" validate:"min=0"`
+	FinishReason string `json:"finish_reason" validate:"required,oneof=stop length tool_calls content_filter"`
+	// Usage is the worker's claim: the gateway bounds it by what it
+	// relayed before it counts anywhere.
+	Usage  oaiwire.Usage `json:"usage"`
+	Ticket string        `json:"ticket" validate:"required,len=43"`
 }
 
 // Fail ends a job with an error on the worker's side.
@@ -112,6 +117,7 @@ type Fail struct {
 	// and never holds prompt or completion text.
 	Code    string `json:"code" validate:"required,max=64"`
 	Message string `json:"message,omitempty" validate:"max=1024"`
+	Ticket  string `json:"ticket" validate:"required,len=43"`
 }
 
 // Registered confirms a registration.
@@ -138,8 +144,18 @@ type Job struct {
 	// Request is checked by oaiwire.Validate, whose validator knows
 	// oaiwire's custom tags; this package's validator must skip it (it
 	// would panic on the unknown "toolname" tag of a request with tools).
-	Request  oaiwire.ChatRequest `json:"request" validate:"-"`
-	Deadline time.Time           `json:"deadline"`
+	Request oaiwire.ChatRequest `json:"request" validate:"-"`
+	// Deadline is when the gateway stops waiting: a worker ends the reply
+	// before it (finish_reason "length"), so a long generation is
+	// delivered whole and charged rather than cut.
+	Deadline time.Time `json:"deadline"`
+	// BudgetMillis is the time left until Deadline when the job was sent:
+	// a worker times its reply by its own clock from when the job
+	// arrived, which no clock skew between it and the gateway can upset.
+	BudgetMillis int64 `json:"budget_ms" validate:"min=0"`
+	// Ticket authorises the worker's messages for this job (see Ticketer);
+	// the worker copies it into each of them.
+	Ticket string `json:"ticket" validate:"required,len=43"`
 }
 
 // Cancel tells a worker to stop a job (the client went away).
@@ -229,10 +245,16 @@ func Encode(m any) ([]byte, error) {
 		return nil, fmt.Errorf("relaymsg: %T is not a message", m)
 	}
 	*h = Header{V: Version, Type: typ}
-	b, err := json.Marshal(m)
-	if err != nil {
+	// No HTML escaping: json.Marshal writes <, > and & as six-byte \u003c
+	// escapes, so a message could grow past MaxMessage each time it was
+	// decoded and encoded again (as the relay does to stamp From).
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
 		return nil, fmt.Errorf("relaymsg: encode %s: %w", typ, err)
 	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(b) > MaxMessage {
 		return nil, fmt.Errorf("relaymsg: encode %s: %w", typ, ErrTooLarge)
 	}

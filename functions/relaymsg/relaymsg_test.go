@@ -19,6 +19,10 @@ var update = flag.Bool("update", false, "rewrite the FuzzDecode seed corpus unde
 
 func ptr[T any](v T) *T { return &v }
 
+// tkt is a well-formed job ticket (the relay checks its MAC, Decode only
+// its shape).
+var tkt = strings.Repeat("T", TicketLen)
+
 // samples is one valid value of every message type, as its sender fills it.
 func samples() []any {
 	return []any{
@@ -30,10 +34,10 @@ func samples() []any {
 			{Content: "lo <b> & \u2028 ünïcödé"},
 			{Reasoning: "thinking"},
 			{ToolCalls: []oaiwire.ToolCall{{Index: ptr(0), ID: "call_1", Type: "function", Function: oaiwire.FunctionCall{Name: "get_weather", Arguments: `{"city":`}}}},
-		}},
+		}, Ticket: tkt},
 		&Done{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 4, FinishReason: "tool_calls",
-			Usage: oaiwire.Usage{PromptTokens: 12, CompletionTokens: 34, TotalTokens: 46}},
-		&Fail{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 2, Code: "backend_unavailable", Message: "ollama: connection refused"},
+			Usage: oaiwire.Usage{PromptTokens: 12, CompletionTokens: 34, TotalTokens: 46}, Ticket: tkt},
+		&Fail{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 2, Code: "backend_unavailable", Message: "ollama: connection refused", Ticket: tkt},
 		&Registered{Conn: "R1kmxc2VNjMCFIA=", Models: []string{"llama3.1:8b"}, Ignored: []string{"qwen3:32b"}},
 		&Job{Job: "job_1", ReplyTo: "TWegAcC4EowCHnA=", Model: "llama3.1:8b",
 			Request: oaiwire.ChatRequest{
@@ -61,7 +65,7 @@ func samples() []any {
 				ToolChoice:     &oaiwire.ToolChoice{Mode: "auto"},
 				ResponseFormat: &oaiwire.ResponseFormat{Type: "text"},
 			},
-			Deadline: time.Date(2026, 11, 29, 16, 1, 34, 500_000_000, time.UTC)},
+			Deadline: time.Date(2026, 11, 29, 16, 1, 34, 500_000_000, time.UTC), BudgetMillis: 600_000, Ticket: tkt},
 		&Cancel{Job: "job_1"},
 		&Error{Code: "bad_message", Message: "relaymsg: unknown message type \"x\""},
 		&Assign{Job: "job_1", Worker: "R1kmxc2VNjMCFIA="},
@@ -136,12 +140,12 @@ func TestEncodeErrors(t *testing.T) {
 // job returns a job message whose request is changed by edit.
 func job(edit string) string {
 	req := `{"model":"m","messages":[{"role":"user","content":"hi"}]` + edit + `}`
-	return `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","deadline":"2026-01-01T00:00:00Z","request":` + req + `}`
+	return `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","deadline":"2026-01-01T00:00:00Z","ticket":"` + tkt + `","request":` + req + `}`
 }
 
 func TestDecodeErrors(t *testing.T) {
 	chunk := func(extra string) string {
-		return `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[{"content":"x"}]` + extra + `}`
+		return `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"ticket":"` + tkt + `","deltas":[{"content":"x"}]` + extra + `}`
 	}
 	tests := []struct {
 		name, in string
@@ -203,13 +207,20 @@ func TestDecodeErrors(t *testing.T) {
 		{"registered no conn", `{"v":1,"type":"registered","models":["m"]}`, "Conn"},
 		{"job no reply_to", `{"v":1,"type":"job","job":"j","model":"m","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "ReplyTo"},
 		{"job no model", `{"v":1,"type":"job","job":"j","reply_to":"c","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "Model"},
-		{"job request no messages", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":{"model":"m"}}`, "job request"},
-		{"job request bad role", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":{"model":"m","messages":[{"role":"god","content":"hi"}]}}`, "job request"},
+		{"job request no messages", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","ticket":"` + tkt + `","request":{"model":"m"}}`, "job request"},
+		{"job request bad role", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","ticket":"` + tkt + `","request":{"model":"m","messages":[{"role":"god","content":"hi"}]}}`, "job request"},
 		{"job request bad tool name", job(`,"tools":[{"type":"function","function":{"name":"bad name!"}}]`), "job request"},
 		{"job request duplicate tools", job(`,"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]`), "job request"},
 		{"job request temperature", job(`,"temperature":3`), "job request"},
-		{"job request wrong type", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":[]}`, "cannot unmarshal"},
+		{"job request wrong type", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","ticket":"` + tkt + `","request":[]}`, "cannot unmarshal"},
 		{"job deadline not a time", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","deadline":"tomorrow","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "job"},
+		{"chunk no ticket", `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[{"content":"x"}]}`, "Ticket"},
+		{"chunk short ticket", chunk(`,"ticket":"abc"`), "Ticket"},
+		{"done no ticket", `{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"stop"}`, "Ticket"},
+		{"fail no ticket", `{"v":1,"type":"fail","job":"j","to":"c","seq":1,"code":"x"}`, "Ticket"},
+		{"job no ticket", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "Ticket"},
+		{"job negative budget", job(``)[:len(job(``))-1] + `,"budget_ms":-1}`, "BudgetMillis"},
+		{"chunk negative seq", chunk(`,"seq":-1`), "Seq"},
 		{"cancel no job", `{"v":1,"type":"cancel"}`, "Job"},
 		{"error no code", `{"v":1,"type":"error","message":"m"}`, "Code"},
 		{"assign no worker", `{"v":1,"type":"assign","job":"j"}`, "Worker"},
@@ -257,19 +268,29 @@ func TestDecodeJobWithTools(t *testing.T) {
 }
 
 // Decode checks the size of what it received; Encode checks the size of
-// what it produces, which escapes <, > and & (6 bytes each) and may add
-// From. A message that decodes within the limit can therefore fail to
-// re-encode: whoever forwards a decoded message must handle ErrTooLarge.
+// what it produces, which may add From and still escapes U+2028 and U+2029
+// (3 bytes each) as \u2028 (6). A message that decodes within the limit
+// can therefore fail to re-encode: whoever forwards a decoded message must
+// handle ErrTooLarge. HTML characters no longer grow: Encode leaves <, >
+// and & as they are.
 func TestReencodeCanExceedLimit(t *testing.T) {
-	prefix := `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[{"content":"`
+	prefix := `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"ticket":"` + tkt + `","deltas":[{"content":"`
 	suffix := `"}]}`
-	in := prefix + strings.Repeat("<", MaxMessage-len(prefix)-len(suffix)) + suffix
-	m, err := Decode([]byte(in))
+	fill := MaxMessage - len(prefix) - len(suffix)
+	html := prefix + strings.Repeat("<", fill) + suffix
+	m, err := Decode([]byte(html))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if b, err := Encode(m); err != nil || len(b) != len(html) {
+		t.Fatalf("re-encoding %d bytes of '<': %d bytes, %v; want the same size", len(html), len(b), err)
+	}
+	sep := prefix + strings.Repeat("\u2028", fill/3) + suffix
+	if m, err = Decode([]byte(sep)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Encode(m); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("re-encoding %d bytes of '<': %v, want ErrTooLarge", MaxMessage, err)
+		t.Fatalf("re-encoding %d bytes of U+2028: %v, want ErrTooLarge", len(sep), err)
 	}
 }
 

@@ -45,9 +45,11 @@ type Store interface {
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
 }
 
-// Poster reaches connections through the management API.
-type Poster interface {
+// Connections reaches connections through the management API: posts to
+// them, and closes a worker's connection that broke the protocol.
+type Connections interface {
 	Post(ctx context.Context, conn string, data []byte) error
+	Delete(ctx context.Context, conn string) error
 }
 
 // Dispatcher starts dispatch for models.
@@ -58,7 +60,7 @@ type Dispatcher interface {
 // Handler serves the relay routes.
 type Handler struct {
 	Store    Store
-	Post     Poster
+	Post     Connections
 	Dispatch Dispatcher
 	Catalog  *catalog.Catalog
 	// ListenerSecret authenticates API listener connections.
@@ -68,10 +70,20 @@ type Handler struct {
 	Log         *slog.Logger
 	Now         func() time.Time
 
-	// listeners caches known listener connections: a chunk is forwarded
-	// only to a listener, and listeners are few and long-lived, so the
-	// check costs no store round trip after the first.
+	// listeners caches known listener connections (for hello), which are
+	// few and long-lived, so the check costs no store round trip after the
+	// first.
 	listeners sync.Map
+
+	ticketsOnce sync.Once
+	tickets     *relaymsg.Ticketer
+}
+
+// ticketer checks job tickets, under the key derived from ListenerSecret
+// (the API derives the same).
+func (h *Handler) ticketer() *relaymsg.Ticketer {
+	h.ticketsOnce.Do(func() { h.tickets = relaymsg.NewTicketer(h.ListenerSecret) })
+	return h.tickets
 }
 
 // Handle routes one event.
@@ -157,6 +169,8 @@ func (h *Handler) connect(ctx context.Context, conn string, hs map[string]string
 	switch err := h.Store.PutWorker(ctx, w); {
 	case errors.Is(err, store.ErrRevoked):
 		return http.StatusForbidden, errors.New("worker token revoked")
+	case errors.Is(err, store.ErrLimit):
+		return http.StatusTooManyRequests, fmt.Errorf("this worker token already has %d live connections", store.MaxConnsPerToken)
 	case err != nil:
 		return http.StatusInternalServerError, fmt.Errorf("store worker: %w", err)
 	}
@@ -236,13 +250,13 @@ func (h *Handler) message(ctx context.Context, conn string, body []byte) []byte 
 		return nil
 	case *relaymsg.Chunk:
 		m.From = conn
-		return h.forward(ctx, conn, m.Job, m.To, m)
+		return h.forward(ctx, conn, m.Job, m.To, m.Ticket, m)
 	case *relaymsg.Done:
 		m.From = conn
-		return h.forward(ctx, conn, m.Job, m.To, m)
+		return h.forward(ctx, conn, m.Job, m.To, m.Ticket, m)
 	case *relaymsg.Fail:
 		m.From = conn
-		return h.forward(ctx, conn, m.Job, m.To, m)
+		return h.forward(ctx, conn, m.Job, m.To, m.Ticket, m)
 	}
 	return errorReply("unexpected_message", fmt.Sprintf("%T is not sent to the relay", m))
 }
@@ -263,7 +277,14 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 		return errorReply("no_models", "none of the registered models is offered by this network")
 	}
 	w, err := h.Store.RegisterWorker(ctx, conn, models)
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrRevoked), errors.Is(err, store.ErrNotFound):
+		// The token was revoked while this connection was being made (the
+		// revoke's disconnect could not see it yet), or the connection was
+		// dropped: it must not live on.
+		h.cutOff(ctx, conn, "registration refused", err)
+		return errorReply("revoked", "the worker token was revoked; the connection is closed")
+	case err != nil:
 		return errorReply("not_registered", "register: "+err.Error())
 	}
 	h.Log.Info("worker registered", "conn", conn, "pubkey", w.Pubkey, "models", models, "agent", m.Agent)
@@ -275,26 +296,62 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 		BatchMillis: int(h.BatchWindow / time.Millisecond)})
 }
 
-// forward relays a worker's chunk, done or fail message to the listener it
-// names, stamped with the sender. The listener checks that the sender holds
-// the job; the relay only refuses to address anything but a listener.
-func (h *Handler) forward(ctx context.Context, conn, job, to string, m any) []byte {
-	if !h.isListener(ctx, to) {
-		return errorReply("bad_destination", "chunks go to listener connections only")
+// forward relays a worker's chunk, done or fail message to the listener
+// that holds the job, stamped with the sender. Only the worker the job was
+// handed to can send it: the message's ticket must be the one the API issued
+// for this job, this sending connection and this listener, so nobody can
+// push text into another's reply, finish or fail a job they do not hold, or
+// make the relay act on someone else's job. The listener decides what its
+// job's messages mean; the relay only delivers them.
+func (h *Handler) forward(ctx context.Context, conn, job, to, ticket string, m any) []byte {
+	if !h.ticketer().Valid(ticket, job, conn, to) {
+		h.Log.Warn("message for a job the sender does not hold", "conn", conn, "job", job)
+		return errorReply("forbidden", "this connection holds no such job")
 	}
 	b, err := relaymsg.Encode(m)
-	if err == nil {
-		err = h.Post.Post(ctx, to, b)
+	if err != nil {
+		// The sender's own message does not fit once stamped: it broke
+		// the protocol (a worker keeps its messages well under the
+		// limit). It is cut off; its disconnect tells the listener, which
+		// moves the job or ends it — the sender earns nothing for it.
+		h.cutOff(ctx, conn, "message too large to relay", err)
+		return errorReply("too_large", "message too large to relay; the connection is closed")
 	}
-	if err == nil {
+	err = h.Post.Post(ctx, to, b)
+	switch {
+	case err == nil:
 		return nil
-	}
-	if errors.Is(err, connections.ErrGone) {
+	case errors.Is(err, connections.ErrGone):
+		// The API instance that held the client (and the prompt) is
+		// gone: nobody can receive the reply. The ticket proves this
+		// is the job's worker and listener, so only the job's own party
+		// can trigger this, and the user, who got nothing, is refunded.
 		h.listeners.Delete(to)
+		h.Log.Warn("listener gone; cancelling job", "job", job, "listener", to)
+		h.failJob(ctx, job, "listener_gone")
+		return encode(&relaymsg.Cancel{Job: job})
+	default:
+		// A message lost on the way leaves a gap the listener cannot
+		// close: tell it the worker is lost, so it moves the job (nothing
+		// reached the client yet) or ends it with an error — the
+		// listener's decision, as for a disconnect.
+		h.Log.Warn("listener unreachable; reporting the worker lost", "job", job, "listener", to, "err", err)
+		if lost, lerr := relaymsg.Encode(&relaymsg.Lost{Job: job, Worker: conn}); lerr == nil {
+			if perr := h.Post.Post(ctx, to, lost); perr != nil {
+				h.Log.Warn("report lost worker", "job", job, "err", perr)
+			}
+		}
+		return encode(&relaymsg.Cancel{Job: job})
 	}
-	h.Log.Warn("listener unreachable; cancelling job", "job", job, "listener", to, "err", err)
-	h.failJob(ctx, job, "listener_gone")
-	return encode(&relaymsg.Cancel{Job: job})
+}
+
+// cutOff closes a worker's connection that broke the protocol. Its
+// $disconnect follows and settles whatever job it held.
+func (h *Handler) cutOff(ctx context.Context, conn, why string, cause error) {
+	h.Log.Warn("closing connection", "conn", conn, "why", why, "err", cause)
+	if err := h.Post.Delete(ctx, conn); err != nil {
+		h.Log.Error("close connection", "conn", conn, "err", err)
+	}
 }
 
 func (h *Handler) isListener(ctx context.Context, conn string) bool {

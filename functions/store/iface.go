@@ -48,14 +48,16 @@ type Store interface {
 
 	// Admit is the hot path's one write before dispatch, all or nothing:
 	// ErrRevoked if the key is revoked, ErrRateLimited if the key already
-	// made Limit requests in Window, ErrInsufficientCredits if the
+	// made Limit requests in Window or the account (all its keys together)
+	// AccountLimit (when non-zero), ErrInsufficientCredits if the
 	// allowance plus the balance cannot pay Job.Price; otherwise it counts
-	// the request, debits the price (allowance first), and stores Job as
-	// queued. It returns the job as stored (FromAllowance set).
+	// the request against both windows, debits the price (allowance
+	// first), and stores Job as queued. It returns the job as stored
+	// (FromAllowance set) with the window's counts.
 	// ErrNotFound if the key or the account is missing; ErrExists if the
 	// job id is taken. Job.AccountID, if set, must be the key's account;
 	// empty, it is taken from the key.
-	Admit(ctx context.Context, r AdmitRequest) (Job, error)
+	Admit(ctx context.Context, r AdmitRequest) (Admission, error)
 	// GetJob returns a job; ErrNotFound.
 	GetJob(ctx context.Context, id string) (Job, error)
 	// QueuedJobs returns up to limit queued jobs for a model, oldest first.
@@ -86,10 +88,15 @@ type Store interface {
 	// PutWorker stores a newly connected worker (not yet registered);
 	// ErrExists if the connection is already known, ErrRevoked if its
 	// worker token (TokenHash) exists and is revoked — so that a revoke
-	// racing a connect never misses the new connection.
+	// racing a connect never misses the new connection — and ErrLimit if
+	// MaxConnsPerToken workers are already connected on that token (the
+	// count is exact under concurrency: a connect burst cannot exceed it;
+	// a worker without a TokenHash counts against no token).
 	PutWorker(ctx context.Context, w Worker) error
 	// RegisterWorker records the models a connected worker serves and
-	// makes it eligible; ErrNotFound if the connection is unknown.
+	// makes it eligible; ErrNotFound if the connection is unknown,
+	// ErrRevoked if its worker token was revoked meanwhile (a revoke that
+	// raced the connect: the caller closes the connection).
 	RegisterWorker(ctx context.Context, conn string, models []string) (Worker, error)
 	// DrainWorker stops new jobs going to a worker; its current job runs
 	// on. ErrNotFound if the connection is unknown.

@@ -38,6 +38,13 @@ var (
 // hold at a time (SPEC: "at most 5 active per account").
 const MaxActiveKeys = 5
 
+// MaxConnsPerToken is the most live worker connections one worker token may
+// hold: a contributor's GPUs share a token (several workerd processes, and
+// each rolls its connection before API Gateway's 2 h cap, briefly holding
+// two), but a token is not a licence to open thousands of connections,
+// each a store record and a dispatch candidate.
+const MaxConnsPerToken = 32
+
 // Account is a user: a Solana wallet address with a credit balance.
 // 1 credit = $0.01. All amounts are integers.
 type Account struct {
@@ -169,13 +176,32 @@ type Listener struct {
 }
 
 // AdmitRequest is everything the hot path changes in one atomic step before
-// dispatch: the key's rate-limit window, the debit and the queued job.
+// dispatch: the key's and the account's rate-limit windows, the debit and
+// the queued job.
 type AdmitRequest struct {
 	KeyHash string
-	// Window is the start of the rate-limit window; Limit its request cap.
+	// Window is the start of the rate-limit window; Limit is the key's
+	// request cap in it.
 	Window time.Time
 	Limit  int64
-	Job    Job
+	// AccountLimit caps the requests of all the account's keys together
+	// in Window, so that minting keys does not multiply the rate; 0 means
+	// no account-wide cap.
+	AccountLimit int64
+	Job          Job
+}
+
+// Admission is what Admit did: the job as stored and the requests counted
+// in the window, this one included, for the rate-limit headers.
+type Admission struct {
+	Job Job
+	// KeyRequests and AccountRequests are the requests the key and the
+	// account have made in the window, this one included. A store shared
+	// by several processes may report a lower bound (the DynamoDB store
+	// counts the requests its own process admitted: a transaction returns
+	// nothing on success); the limits themselves are always exact.
+	KeyRequests     int64
+	AccountRequests int64
 }
 
 // Completion is what a finished job reports.

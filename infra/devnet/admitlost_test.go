@@ -15,13 +15,13 @@ type lostAdmit struct {
 	job string
 }
 
-func (s *lostAdmit) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, error) {
-	j, err := s.Store.Admit(ctx, r)
+func (s *lostAdmit) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
+	adm, err := s.Store.Admit(ctx, r)
 	if err != nil {
-		return j, err
+		return adm, err
 	}
-	s.job = j.ID
-	return store.Job{}, errors.New("injected: reply lost")
+	s.job = adm.Job.ID
+	return store.Admission{}, errors.New("injected: reply lost")
 }
 
 // TestAdmitReplyLost: the client gets an error and is not charged, and the

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -21,10 +20,10 @@ import (
 	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/relayroutes"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
-	"github.com/c0mpute/c0mpute/infra/relay"
 	"github.com/c0mpute/c0mpute/workerd/backend"
 )
 
@@ -74,30 +73,19 @@ func TestStreamingThroughLambdaURLWrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := connections.NewLocal("http://" + ln.Addr().String())
+	lr := listenRelay(t)
+	conns := connections.NewLocal(lr.mgmtURL, lr.creds)
 	disp := dispatch.New(st, conns, log)
 	secret := randomHex(32)
-	rel := relay.New(&relayroutes.Handler{Store: st, Post: conns, Dispatch: disp, Catalog: cat, ListenerSecret: secret, Log: log})
-	srv := &http.Server{Handler: rel, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_ = rel.Close()
-		_ = srv.Shutdown(sctx)
-	})
-	relayURL := "ws://" + ln.Addr().String()
+	lr.serve(t, &relayroutes.Handler{Store: st, Post: conns, Dispatch: disp, Catalog: cat, ListenerSecret: secret, Log: log})
+	relayURL := lr.wsURL
 	lis, err := listener.Start(ctx, listener.Config{URL: relayURL, Secret: secret, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lis.Close() })
 	a, err := api.New(api.Config{Store: st, Dispatcher: disp, Connections: conns, Relay: lis, Catalog: cat,
-		Limits: api.DefaultLimits(), Log: log})
+		Tickets: relaymsg.NewTicketer(secret), Limits: api.DefaultLimits(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}

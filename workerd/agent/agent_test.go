@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -558,7 +559,8 @@ func TestJobBeforeRegistered(t *testing.T) {
 	var req oaiwire.ChatRequest
 	req.Model = "m"
 	req.Messages = []oaiwire.Message{{Role: "user", Content: oaiwire.Content{Text: "early"}}}
-	early, err := relaymsg.Encode(&relaymsg.Job{Job: "early", ReplyTo: listener, Model: "m", Request: req, Deadline: time.Now().Add(time.Minute)})
+	early, err := relaymsg.Encode(&relaymsg.Job{Job: "early", ReplyTo: listener, Model: "m", Request: req, Deadline: time.Now().Add(time.Minute),
+		BudgetMillis: 60_000, Ticket: testTicket})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,5 +584,51 @@ func TestJobBeforeRegistered(t *testing.T) {
 	}
 	if n := len(ofKind(evs, relaymsg.TypeRegister)); n != 1 {
 		t.Errorf("%d registrations: the connection was dropped", n)
+	}
+}
+
+// A generation that would outlast its job's budget ends before it, complete
+// as far as it goes (finish_reason "length", like max_tokens), so that the
+// gateway charges it and pays for it instead of cutting it at the deadline.
+func TestReplyEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	r := newTestRelay(t)
+	be := newScriptedBackend([]string{"m"}, func(ctx context.Context, c *chatCall, emit func(oaiwire.Delta) error) (backend.Result, error) {
+		// Streams until told to stop, as a long generation would.
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return backend.Result{}, ctx.Err()
+			case <-tick.C:
+				if err := emit(oaiwire.Delta{Content: "word "}); err != nil {
+					return backend.Result{}, err
+				}
+			}
+		}
+	})
+	startAgent(t, r, be, nil)
+	reg := r.registered(1)
+	var req oaiwire.ChatRequest
+	if err := json.Unmarshal([]byte(`{"model":"m","messages":[{"role":"user","content":"go on"}],"stream":true}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	r.post(reg.conn, &relaymsg.Job{Job: "long", ReplyTo: listener, Model: "m", Request: req,
+		Deadline: time.Now().Add(800 * time.Millisecond), BudgetMillis: 800, Ticket: testTicket})
+	chunks, end := checkReply(t, r.waitEnd("long"), "long")
+	done, ok := end.msg.(*relaymsg.Done)
+	if !ok {
+		t.Fatalf("the job ended with %s, want done", end)
+	}
+	if done.FinishReason != oaiwire.FinishLength {
+		t.Errorf("finish_reason %q, want length", done.FinishReason)
+	}
+	deltas := int64(0)
+	for _, c := range chunks {
+		deltas += int64(len(c.Deltas))
+	}
+	if deltas == 0 || done.Usage.CompletionTokens != deltas {
+		t.Errorf("completion_tokens %d for %d deltas streamed", done.Usage.CompletionTokens, deltas)
 	}
 }

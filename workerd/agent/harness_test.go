@@ -153,6 +153,9 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 		b, _ := relaymsg.Encode(&relaymsg.Error{Code: "bad_message", Message: err.Error()})
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK, Body: string(b)}, nil
 	}
+	if tk := ticketOf(m); tk != "" && tk != testTicket {
+		r.rejected = append(r.rejected, "message: ticket not copied from the job")
+	}
 	var h relaymsg.Header
 	_ = json.Unmarshal([]byte(req.Body), &h)
 	r.events = append(r.events, event{conn: id, kind: h.Type, msg: m, size: len(req.Body), at: time.Now()})
@@ -167,6 +170,22 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK, Body: string(b)}, nil
 	}
 	return ok, nil
+}
+
+// testTicket is the ticket of every job the test relay hands out; the
+// agent must copy it into each message of the job.
+var testTicket = strings.Repeat("k", relaymsg.TicketLen)
+
+func ticketOf(m any) string {
+	switch m := m.(type) {
+	case *relaymsg.Chunk:
+		return m.Ticket
+	case *relaymsg.Done:
+		return m.Ticket
+	case *relaymsg.Fail:
+		return m.Ticket
+	}
+	return ""
 }
 
 func (r *testRelay) setRefuse(v bool) {
@@ -240,7 +259,8 @@ func (r *testRelay) sendJob(conn, job, model, prompt string) {
 	if err := json.Unmarshal([]byte(body), &req); err != nil {
 		r.t.Fatal(err)
 	}
-	r.post(conn, &relaymsg.Job{Job: job, ReplyTo: listener, Model: model, Request: req, Deadline: time.Now().Add(time.Minute)})
+	r.post(conn, &relaymsg.Job{Job: job, ReplyTo: listener, Model: model, Request: req, Deadline: time.Now().Add(time.Minute),
+		BudgetMillis: 60_000, Ticket: testTicket})
 }
 
 // waitEnd waits for a job's done or fail.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -170,12 +171,16 @@ func (s *session) close(reason string) {
 func (s *session) start(job *relaymsg.Job) {
 	name, ok := s.getModels()[job.Model]
 	if !ok {
-		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "model_not_served"})
+		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "model_not_served", Ticket: job.Ticket})
 		return
 	}
-	// A job outlives a drain and a shutdown signal, but not its deadline
-	// or the gateway's cancel.
-	ctx, cancel := context.WithDeadline(context.Background(), job.Deadline)
+	// A job outlives a drain and a shutdown signal, but not the gateway's
+	// cancel, nor its deadline: the reply ends (finish_reason "length")
+	// just before the deadline, timed by this machine's clock from the
+	// job's arrival, and the job is dropped once the gateway's grace for
+	// the last message is over too.
+	end := replyEnd(job, time.Now())
+	ctx, cancel := context.WithDeadline(context.Background(), end.Add(hardStopAfter))
 	s.mu.Lock()
 	s.jobs[job.Job] = cancel
 	s.mu.Unlock()
@@ -190,20 +195,56 @@ func (s *session) start(job *relaymsg.Job) {
 			s.mu.Unlock()
 			cancel()
 		}()
-		s.run(ctx, job, name)
+		s.run(ctx, end, job, name)
 	}()
 }
 
+// errReplyDeadline ends a generation that reached the job's deadline.
+var errReplyDeadline = errors.New("agent: the job's deadline came")
+
+// hardStopAfter is how long after the reply's end a job is dropped if it
+// has not finished (a backend that ignores cancellation); the gateway stops
+// waiting 5 s after the deadline.
+const hardStopAfter = 5 * time.Second
+
+// replyEnd is when a job's reply must end: its budget from now, less a
+// margin for the last message to reach the gateway (a tenth of the
+// budget, at most a second). A gateway that sends no budget gives the
+// absolute deadline only.
+func replyEnd(job *relaymsg.Job, now time.Time) time.Time {
+	if job.BudgetMillis <= 0 {
+		return job.Deadline.Add(-time.Second)
+	}
+	budget := time.Duration(job.BudgetMillis) * time.Millisecond
+	return now.Add(budget - min(budget/10, time.Second))
+}
+
 // run executes one job and streams its reply. Only metadata is logged.
-func (s *session) run(ctx context.Context, job *relaymsg.Job, model string) {
+func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, model string) {
 	log := s.a.cfg.Log.With("job", job.Job, "model", job.Model)
 	started := time.Now()
-	b := &batcher{s: s, job: job.Job, to: job.ReplyTo}
-	res, err := s.a.cfg.Backend.Chat(ctx, model, &job.Request, b.add)
+	defer func() {
+		// A backend that panics fails its job, not the daemon and every
+		// other job on it.
+		if p := recover(); p != nil {
+			log.Error("job panicked", "panic", p)
+			_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "internal", Ticket: job.Ticket})
+		}
+	}()
+	b := &batcher{s: s, job: job.Job, to: job.ReplyTo, ticket: job.Ticket}
+	genCtx, stopGen := context.WithDeadlineCause(ctx, end, errReplyDeadline)
+	defer stopGen()
+	res, err := s.a.cfg.Backend.Chat(genCtx, model, &job.Request, b.add)
 	if ferr := b.flush(); err == nil {
 		err = ferr
 	}
 	switch {
+	case ctx.Err() == nil && errors.Is(context.Cause(genCtx), errReplyDeadline):
+		// The deadline came first: the reply is complete as far as it
+		// goes, like one cut by max_tokens, and is delivered as such.
+		log.Info("job done at its deadline", "completion_tokens", b.deltas(), "ms", time.Since(started).Milliseconds())
+		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: oaiwire.FinishLength,
+			Usage: oaiwire.Usage{CompletionTokens: b.deltas()}, Ticket: job.Ticket})
 	case ctx.Err() != nil:
 		// Cancelled by the gateway or past the deadline: the gateway has
 		// settled the job already; an answer would go nowhere.
@@ -212,11 +253,11 @@ func (s *session) run(ctx context.Context, job *relaymsg.Job, model string) {
 		// Only our own error text: the server's may quote the prompt.
 		safe := truncate(backend.SafeText(err), 512)
 		log.Warn("job failed", "err", safe)
-		b.end(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "backend_error", Message: safe})
+		b.end(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "backend_error", Message: safe, Ticket: job.Ticket})
 	default:
 		log.Info("job done", "finish", res.FinishReason, "prompt_tokens", res.Usage.PromptTokens,
 			"completion_tokens", res.Usage.CompletionTokens, "ms", time.Since(started).Milliseconds())
-		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: res.FinishReason, Usage: res.Usage})
+		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: res.FinishReason, Usage: res.Usage, Ticket: job.Ticket})
 	}
 }
 
@@ -230,13 +271,15 @@ func truncate(s string, n int) string {
 // batcher groups a job's deltas into chunks: the first at once, then one
 // per batch window (the relay's) or batchBytes.
 type batcher struct {
-	s       *session
-	job, to string
+	s               *session
+	job, to, ticket string
 
 	mu      sync.Mutex
 	seq     int64
 	pending []oaiwire.Delta
 	size    int
+	// sent counts the deltas handed to the batcher.
+	sent    int64
 	timer   *time.Timer
 	sentAny bool
 	// lastSent is when the last chunk left.
@@ -260,6 +303,7 @@ func (b *batcher) add(d oaiwire.Delta) error {
 	}
 	b.pending = append(b.pending, d)
 	b.size += n
+	b.sent++
 	// A delta goes at once when the last chunk left at least one window
 	// ago, so tokens slower than the window (most real models: 10–50 ms
 	// apart) pay no batching delay; faster bursts are gathered, at most
@@ -289,6 +333,13 @@ func encodedSize(d oaiwire.Delta) int {
 	return len(j) + 1
 }
 
+// deltas is how many deltas the reply had.
+func (b *batcher) deltas() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sent
+}
+
 func (b *batcher) flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -304,7 +355,7 @@ func (b *batcher) flushLocked() {
 	if len(b.pending) == 0 || b.err != nil {
 		return
 	}
-	err := b.s.send(&relaymsg.Chunk{Job: b.job, To: b.to, Seq: b.seq, Deltas: b.pending})
+	err := b.s.send(&relaymsg.Chunk{Job: b.job, To: b.to, Seq: b.seq, Deltas: b.pending, Ticket: b.ticket})
 	b.pending, b.size, b.sentAny, b.lastSent = nil, 0, true, time.Now()
 	if err != nil {
 		// The chunk was not sent: the job's fail takes its seq, so the

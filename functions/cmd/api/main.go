@@ -19,6 +19,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
 )
 
 func main() {
@@ -52,11 +53,14 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if cfg.RatePerMinute > 0 {
 		limits.RatePerMinute = cfg.RatePerMinute
 	}
+	if cfg.AccountRatePerMinute > 0 {
+		limits.AccountRatePerMinute = cfg.AccountRatePerMinute
+	}
 	if cfg.WorkerSharePercent > 0 {
 		limits.WorkerSharePercent = cfg.WorkerSharePercent
 	}
 	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
-		Relay: lis, Catalog: d.Catalog, Limits: limits, Log: log})
+		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), Limits: limits, Log: log})
 	if err != nil {
 		return nil, err
 	}

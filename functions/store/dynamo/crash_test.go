@@ -170,6 +170,7 @@ func TestCrashAtEveryWrite(t *testing.T) {
 		{"PutWorker", func(s store.Store) error {
 			return s.PutWorker(bg, store.Worker{Conn: "w3", AccountID: "wa", TokenHash: "th", ConnectedAt: t0})
 		}},
+		{"RegisterWorker", func(s store.Store) error { _, err := s.RegisterWorker(bg, "w2", []string{"m", "m2"}); return err }},
 		{"DeleteWorker", func(s store.Store) error { _, err := s.DeleteWorker(bg, "w1"); return err }},
 		{"UseNonce", func(s store.Store) error { return s.UseNonce(bg, "n1", t0.Add(time.Minute)) }},
 	}

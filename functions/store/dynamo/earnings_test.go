@@ -18,10 +18,11 @@ func TestEarningsFromCompletions(t *testing.T) {
 	if err := s.Complete(bg, store.Completion{JobID: "running", Worker: "w1", Earning: 7, At: t0}); err != nil {
 		t.Fatal(err)
 	}
-	j, err := s.Admit(bg, req("second"))
+	adm, err := s.Admit(bg, req("second"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	j := adm.Job
 	if _, err := s.Assign(bg, j.ID, "w2", t0); err != nil {
 		t.Fatal(err)
 	}

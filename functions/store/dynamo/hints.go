@@ -24,12 +24,17 @@ type hints struct {
 	// allowances is each account's free allowance as last seen; most
 	// accounts have none, so an unknown account is assumed to have none.
 	allowances map[string]int64
+	// admitted counts the requests this process admitted in each
+	// rate-limit window (of a key or an account), for the counts Admit
+	// reports: a transaction returns nothing on success.
+	admitted map[string]int64
 }
 
 func (h *hints) init() {
 	h.jobs = map[string]store.Job{}
 	h.workerAccounts = map[string]string{}
 	h.allowances = map[string]int64{}
+	h.admitted = map[string]int64{}
 }
 
 func put[V any](h *hints, m *map[string]V, k string, v V) {
@@ -75,3 +80,16 @@ func (h *hints) allowance(account string) int64 {
 }
 
 func (h *hints) setAllowance(account string, v int64) { put(h, &h.allowances, account, v) }
+
+// countAdmitted adds one to the requests this process admitted in a window
+// and returns the new count. Concurrent callers get distinct counts.
+func (h *hints) countAdmitted(window key) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := window.PK + "|" + window.SK
+	if _, ok := h.admitted[k]; !ok && len(h.admitted) >= maxHints {
+		h.admitted = map[string]int64{}
+	}
+	h.admitted[k]++
+	return h.admitted[k]
+}

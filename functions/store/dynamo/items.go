@@ -23,9 +23,11 @@ const (
 	pGrant    = "GRANT#"  // GRANT#<idempotency key> / GRANT
 	pNonce    = "NONCE#"  // NONCE#<nonce> / NONCE
 	pRate     = "RATE#"   // RATE#<key hash> / <window>
+	pAcctRate = "ARATE#"  // ARATE#<account id> / <window>: all the account's keys
 	pJob      = "JOB#"    // JOB#<id> / JOB
 	pWorker   = "WORKER#" // WORKER#<conn> / WORKER
 	sConn     = "CONN#"   // <TOKEN#hash> / CONN#<conn>: live workers on a token
+	sLive     = "LIVE"    // <TOKEN#hash> / LIVE: how many, for the per-token cap
 	pListener = "LISTENER#"
 	pStats    = "STATS#" // STATS#<shard> / TOTAL, MIN#<minute>
 	sTotal    = "TOTAL"
@@ -65,6 +67,8 @@ const (
 	aSpeed     = "milli_tok_per_sec"
 	aJobs      = "jobs"
 	aTokens    = "tokens"
+	aVersion   = "ver"
+	aTokenHash = "token_hash"
 )
 
 type key struct {
@@ -83,6 +87,9 @@ func jobKey(id string) key              { return key{pJob + id, "JOB"} }
 func workerKey(conn string) key         { return key{pWorker + conn, "WORKER"} }
 func listenerKey(c string) key          { return key{pListener + c, "LISTENER"} }
 func rateKey(h string, w time.Time) key { return key{pRate + h, timeKey(w)} }
+
+// accountRateKey is the window counter of all an account's keys together.
+func accountRateKey(account string, w time.Time) key { return key{pAcctRate + account, timeKey(w)} }
 
 // earnKey is the earnings shard of account that a job's earning goes to.
 func earnKey(account, jobID string) key {

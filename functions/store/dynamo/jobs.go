@@ -25,23 +25,43 @@ const maxStaleRetries = 8
 // values is shorthand for ExpressionAttributeValues.
 type values = map[string]types.AttributeValue
 
+// The items of Admit's transaction, in order; a cancellation's reasons are
+// indexed the same way.
+const (
+	admitKey         = iota // the API key: exists, not revoked, this account's
+	admitJob                // the job: a new id
+	admitKeyRate            // the key's window: below Limit
+	admitAccountRate        // the account's window: below AccountLimit
+	admitAccount            // the account: pays, with the allowance the split assumed
+)
+
 // Admit implements store.Store in one transaction: the key must be active
-// and the account's, the job id new, the rate window below its limit and
-// the balance enough. The split of the price between allowance and credits
-// depends on the allowance, which the write must know: it uses the
-// allowance last seen for the account (none, for most accounts), conditions
-// on it, and if that was stale the failed condition returns the account as
-// it is and the second try is exact.
-func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, error) {
+// and the account's, the job id new, the key's and the account's rate
+// windows below their limits and the balance enough. The split of the
+// price between allowance and credits depends on the allowance, which the
+// write must know: it uses the allowance last seen for the account (none,
+// for most accounts), conditions on it, and if that was stale the failed
+// condition returns the account as it is and the second try is exact.
+//
+// A transaction returns nothing when it succeeds, and reading the windows
+// back would add a round trip to the hot path, so the counts reported are
+// the requests this process admitted in each window: exact while one
+// process serves a key (the dev stack, a single host), a lower bound when
+// several do. The limits themselves are exact either way: they are
+// conditions of the write.
+func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
 	in := r.Job
 	if in.ID == "" {
-		return store.Job{}, errors.New("dynamo: admit: empty job id")
+		return store.Admission{}, errors.New("dynamo: admit: empty job id")
+	}
+	fail := func(err error) (store.Admission, error) {
+		return store.Admission{}, fmt.Errorf("dynamo: admit job %s: %w", in.ID, err)
 	}
 	if in.Price < 0 {
-		return store.Job{}, fmt.Errorf("dynamo: admit job %s: negative price %d", in.ID, in.Price)
+		return fail(fmt.Errorf("negative price %d", in.Price))
 	}
-	fail := func(err error) (store.Job, error) {
-		return store.Job{}, fmt.Errorf("dynamo: admit job %s: %w", in.ID, err)
+	if r.AccountLimit < 0 {
+		return fail(fmt.Errorf("negative account limit %d", r.AccountLimit))
 	}
 	if r.Limit <= 0 { // no request fits in the window (as the embedded store says)
 		return fail(fmt.Errorf("limit %d: %w", r.Limit, store.ErrRateLimited))
@@ -61,6 +81,19 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 		State: store.JobQueued, Listener: in.Listener, Created: in.Created, Updated: in.Updated}
 	if job.Updated.IsZero() {
 		job.Updated = job.Created
+	}
+	keyWindow, accountWindow := rateKey(r.KeyHash, r.Window), accountRateKey(accountID, r.Window)
+	windowTTL := num(ttl(r.Window.Add(rateWindowTTL)))
+	// The account's window is counted even without a cap, so that the
+	// count is right the moment a cap is set.
+	accountRate := &types.Update{TableName: s.tableName(), Key: accountWindow.av(),
+		UpdateExpression:          aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
+		ExpressionAttributeNames:  names(aCount, schema.TTL),
+		ExpressionAttributeValues: values{":zero": num(0), ":one": num(1), ":ttl": windowTTL}}
+	if r.AccountLimit > 0 {
+		accountRate.ConditionExpression = aws.String("attribute_not_exists(#count) OR #count < :limit")
+		accountRate.ExpressionAttributeValues[":limit"] = num(r.AccountLimit)
+		accountRate.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 	}
 	allowance := s.hints.allowance(accountID)
 	for try := 0; ; try++ {
@@ -86,19 +119,20 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 			v[":zero"] = num(0)
 		}
 		err = s.transact(ctx, []types.TransactWriteItem{
-			{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(), Key: apiKeys.hashKey(r.KeyHash).av(),
+			admitKey: {ConditionCheck: &types.ConditionCheck{TableName: s.tableName(), Key: apiKeys.hashKey(r.KeyHash).av(),
 				ConditionExpression:                 aws.String("attribute_exists(pk) AND attribute_not_exists(#revoked) AND #account = :account"),
 				ExpressionAttributeNames:            names(aRevoked, aAccount),
 				ExpressionAttributeValues:           values{":account": str(accountID)},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-			{Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
-			{Update: &types.Update{TableName: s.tableName(), Key: rateKey(r.KeyHash, r.Window).av(),
+			admitJob: {Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
+			admitKeyRate: {Update: &types.Update{TableName: s.tableName(), Key: keyWindow.av(),
 				UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
 				ConditionExpression:                 aws.String("attribute_not_exists(#count) OR #count < :limit"),
 				ExpressionAttributeNames:            names(aCount, schema.TTL),
-				ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":limit": num(r.Limit), ":ttl": num(ttl(r.Window.Add(rateWindowTTL)))},
+				ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":limit": num(r.Limit), ":ttl": windowTTL},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-			{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
+			admitAccountRate: {Update: accountRate},
+			admitAccount: {Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
 				UpdateExpression:                    aws.String("SET #credits = #credits - :fc, #allowance = #allowance - :fa, #spent = #spent + :price"),
 				ConditionExpression:                 aws.String("attribute_exists(pk) AND #credits >= :fc" + allowanceCond),
 				ExpressionAttributeNames:            names(aCredits, aAllowance, aSpent),
@@ -112,12 +146,13 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 			}
 			s.hints.setAllowance(accountID, allowance-job.FromAllowance)
 			s.hints.setJob(job)
-			return job, nil
+			return store.Admission{Job: job, KeyRequests: s.hints.countAdmitted(keyWindow),
+				AccountRequests: s.hints.countAdmitted(accountWindow)}, nil
 		}
 		switch {
-		case tf.failed(0):
+		case tf.failed(admitKey):
 			var key secretItem
-			if old := tf.old(0); old == nil {
+			if old := tf.old(admitKey); old == nil {
 				return fail(fmt.Errorf("api key: %w", store.ErrNotFound))
 			} else if err := unmarshal(old, &key); err != nil {
 				return fail(err)
@@ -126,16 +161,16 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 				return fail(fmt.Errorf("api key %s: %w", key.ID, store.ErrRevoked))
 			}
 			return fail(fmt.Errorf("job account %q is not the api key's account", accountID))
-		case tf.failed(1):
+		case tf.failed(admitJob):
 			return fail(fmt.Errorf("job: %w", store.ErrExists))
-		case tf.failed(2):
-			var w struct {
-				Count int64 `dynamodbav:"count"`
-			}
-			_ = unmarshal(tf.old(2), &w) // for the message only
-			return fail(fmt.Errorf("api key: %d of %d requests in window: %w", w.Count, r.Limit, store.ErrRateLimited))
-		case tf.failed(3):
-			old := tf.old(3)
+		case tf.failed(admitKeyRate):
+			return fail(fmt.Errorf("api key: %d of %d requests in window: %w",
+				windowCount(tf.old(admitKeyRate)), r.Limit, store.ErrRateLimited))
+		case tf.failed(admitAccountRate):
+			return fail(fmt.Errorf("account %s: %d of %d requests in window: %w",
+				accountID, windowCount(tf.old(admitAccountRate)), r.AccountLimit, store.ErrRateLimited))
+		case tf.failed(admitAccount):
+			old := tf.old(admitAccount)
 			if old == nil {
 				return fail(fmt.Errorf("account %s: %w", accountID, store.ErrNotFound))
 			}
@@ -157,6 +192,16 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 			return fail(tf)
 		}
 	}
+}
+
+// windowCount is the count of a rate window's ALL_OLD image, for messages
+// only: 0 when it cannot be read.
+func windowCount(old map[string]types.AttributeValue) int64 {
+	var w struct {
+		Count int64 `dynamodbav:"count"`
+	}
+	_ = unmarshal(old, &w) // the error is what matters, not the figure
+	return w.Count
 }
 
 // GetJob implements store.Store.

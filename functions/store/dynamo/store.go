@@ -108,6 +108,8 @@ type Store struct {
 	table string
 	now   func() time.Time
 	hints hints
+	// maxConns is the most live workers one worker token may hold.
+	maxConns int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -115,12 +117,20 @@ var _ store.Store = (*Store)(nil)
 // Option configures New.
 type Option func(*Store)
 
-// WithClock sets the clock UseNonce judges expiry by (tests).
+// WithClock sets the clock UseNonce judges expiry by, and connection
+// records their expiry (tests).
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithMaxConnsPerToken sets the most live workers one worker token may hold
+// [store.MaxConnsPerToken], for tests that need another cap. Values below 1
+// are taken as 1.
+func WithMaxConnsPerToken(n int) Option {
+	return func(s *Store) { s.maxConns = int64(max(n, 1)) }
+}
 
 // New returns a store on table, which must exist (schema.Ensure creates it).
 func New(db Client, table string, opts ...Option) *Store {
-	s := &Store{db: db, table: table, now: time.Now}
+	s := &Store{db: db, table: table, now: time.Now, maxConns: store.MaxConnsPerToken}
 	s.hints.init()
 	for _, o := range opts {
 		o(s)

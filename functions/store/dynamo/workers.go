@@ -22,66 +22,212 @@ func tokenConnKey(tokenHash, conn string) key {
 	return key{workerTokens.hashKey(tokenHash).PK, sConn + conn}
 }
 
-// PutWorker implements store.Store: the worker and its entry under its
-// token, in one transaction, on the condition that the token is not
-// revoked. An empty State is stored as idle.
+// tokenLiveKey is the item that counts a token's live workers, for the
+// MaxConnsPerToken cap. ver goes up with every change of the count, so
+// that a recount can tell whether anything changed while it counted.
+func tokenLiveKey(tokenHash string) key {
+	return key{workerTokens.hashKey(tokenHash).PK, sLive}
+}
+
+// liveCount is the count item as stored.
+type liveCount struct {
+	Count   int64 `dynamodbav:"count"`
+	Version int64 `dynamodbav:"ver"`
+}
+
+// The items of PutWorker's transaction, in order.
+const (
+	putWorkerItem = iota // the worker: a new connection
+	putConnEntry         // its entry under the token
+	putTokenCheck        // the token: not revoked
+	putLiveCount         // the token's live count: below the cap
+)
+
+// PutWorker implements store.Store: the worker, its entry under its token
+// and the token's live count, in one transaction, on the conditions that
+// the token is not revoked and the count is below the cap. An empty State
+// is stored as idle. A worker without a TokenHash counts against no
+// token's cap: the relay always sets one; tests may not.
+//
+// The count can run high, never low: a connection whose $disconnect never
+// came leaves it counted after its records expire. So when the cap
+// refuses a connection, the count is taken again from the token's
+// unexpired entries before the refusal stands (recount), and a contributor
+// is never locked out by connections that are gone.
 func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 	if w.Conn == "" {
 		return errors.New("dynamo: put worker: empty connection id")
 	}
+	fail := func(err error) error { return fmt.Errorf("dynamo: put worker %s: %w", w.Conn, err) }
 	if len(w.Models) > maxModels {
-		return fmt.Errorf("dynamo: put worker %s: %d models, at most %d", w.Conn, len(w.Models), maxModels)
+		return fail(fmt.Errorf("%d models, at most %d", len(w.Models), maxModels))
 	}
 	if w.State == "" {
 		w.State = store.WorkerIdle
 	}
-	item, err := marshal(toWorkerItem(w, s.now()))
+	now := s.now()
+	item, err := marshal(toWorkerItem(w, now))
 	if err != nil {
-		return err
+		return fail(err)
 	}
-	items := []types.TransactWriteItem{{Put: &types.Put{TableName: s.tableName(), Item: item, ConditionExpression: notExists}}}
+	put := types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: item, ConditionExpression: notExists}}
+	items := []types.TransactWriteItem{putWorkerItem: put}
 	if w.TokenHash != "" {
 		entry := tokenConnKey(w.TokenHash, w.Conn).av()
-		entry[schema.TTL] = num(ttl(s.now().Add(connectionTTL)))
-		// The token must not be revoked now: a revoke that ran after
-		// the caller checked the token would otherwise miss this
-		// connection (it lists the token's connections).
-		items = append(items,
-			types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: entry}},
-			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
+		entry[schema.TTL] = num(ttl(now.Add(connectionTTL)))
+		items = []types.TransactWriteItem{
+			putWorkerItem: put,
+			putConnEntry:  {Put: &types.Put{TableName: s.tableName(), Item: entry}},
+			// The token must not be revoked now: a revoke that ran
+			// after the caller checked the token would otherwise miss
+			// this connection (it lists the token's connections).
+			putTokenCheck: {ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
 				Key: workerTokens.hashKey(w.TokenHash).av(), ConditionExpression: aws.String("attribute_not_exists(#revoked)"),
-				ExpressionAttributeNames: names(aRevoked)}})
+				ExpressionAttributeNames: names(aRevoked)}},
+			putLiveCount: {Update: &types.Update{TableName: s.tableName(), Key: tokenLiveKey(w.TokenHash).av(),
+				UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ver = if_not_exists(#ver, :zero) + :one"),
+				ConditionExpression:                 aws.String("attribute_not_exists(#count) OR #count < :max"),
+				ExpressionAttributeNames:            names(aCount, aVersion),
+				ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":max": num(s.maxConns)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+		}
 	}
-	err = s.transact(ctx, items)
-	var tf *txFailed
-	switch {
-	case errors.As(err, &tf) && tf.failed(0):
-		err = store.ErrExists
-	case errors.As(err, &tf) && tf.failed(2):
-		err = fmt.Errorf("worker token: %w", store.ErrRevoked)
+	for try := 0; ; try++ {
+		err := s.transact(ctx, items)
+		var tf *txFailed
+		switch {
+		case err == nil:
+			s.hints.setWorker(w)
+			return nil
+		case !errors.As(err, &tf):
+			return fail(err)
+		case tf.failed(putWorkerItem):
+			return fail(store.ErrExists)
+		case tf.failed(putTokenCheck):
+			return fail(fmt.Errorf("worker token: %w", store.ErrRevoked))
+		case !tf.failed(putLiveCount):
+			return fail(tf)
+		}
+		var old liveCount
+		if err := unmarshal(tf.old(putLiveCount), &old); err != nil {
+			return fail(err)
+		}
+		live, fixed, err := s.recount(ctx, w.TokenHash, old, now)
+		if err != nil {
+			return fail(err)
+		}
+		if fixed && live >= s.maxConns || !fixed && live == old.Count {
+			return fail(fmt.Errorf("%d of %d connections on the worker token: %w", live, s.maxConns, store.ErrLimit))
+		}
+		// The count was stale, or changed while it was recounted: try
+		// again against the count as it is now.
+		if try >= maxStaleRetries {
+			return fail(fmt.Errorf("live count of the worker token keeps changing: %w", store.ErrConflict))
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("dynamo: put worker %s: %w", w.Conn, err)
-	}
-	s.hints.setWorker(w)
-	return nil
 }
 
-// RegisterWorker implements store.Store.
+// recount counts the token's unexpired connection entries and, if that
+// differs from old (the count item as a refused PutWorker saw it), stores
+// it in place of old. fixed reports whether it did: it does not when a
+// connect or disconnect changed the count meanwhile (ver moved on), since
+// the entries read may then not match any one count.
+//
+// Entries past their TTL belong to connections API Gateway closed long ago
+// (it closes every connection within 2 hours) whose $disconnect never came;
+// DeleteWorker does not count them down again (see there).
+func (s *Store) recount(ctx context.Context, tokenHash string, old liveCount, now time.Time) (live int64, fixed bool, err error) {
+	err = s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :prefix)"),
+		FilterExpression:          aws.String("#ttl > :now"),
+		ExpressionAttributeNames:  names(schema.PK, schema.SK, schema.TTL),
+		ExpressionAttributeValues: values{":pk": str(workerTokens.hashKey(tokenHash).PK), ":prefix": str(sConn), ":now": num(ttl(now))},
+		ConsistentRead:            aws.Bool(true),
+	}, func(map[string]types.AttributeValue) error {
+		live++
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("recount connections on the worker token: %w", err)
+	}
+	if live == old.Count {
+		return live, false, nil
+	}
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.tableName(), Key: tokenLiveKey(tokenHash).av(),
+		UpdateExpression:          aws.String("SET #count = :live, #ver = :next"),
+		ConditionExpression:       aws.String("#ver = :ver"),
+		ExpressionAttributeNames:  names(aCount, aVersion),
+		ExpressionAttributeValues: values{":live": num(live), ":next": num(old.Version + 1), ":ver": num(old.Version)}})
+	if isConditionFailed(err) {
+		return live, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("store the recounted connections of the worker token: %w", err)
+	}
+	return live, true, nil
+}
+
+// RegisterWorker implements store.Store: it reads the worker (for its
+// token, and to return it) and registers it in one transaction with a
+// check that its token is not revoked, conditioned on the fields it read,
+// so that the worker it returns is the one it wrote.
 func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string) (store.Worker, error) {
+	fail := func(err error) (store.Worker, error) {
+		return store.Worker{}, fmt.Errorf("dynamo: register worker %s: %w", conn, err)
+	}
 	if len(models) > maxModels {
-		return store.Worker{}, fmt.Errorf("dynamo: register worker %s: %d models, at most %d", conn, len(models), maxModels)
+		return fail(fmt.Errorf("%d models, at most %d", len(models), maxModels))
 	}
 	list, err := marshalList(models)
 	if err != nil {
-		return store.Worker{}, err
+		return fail(err)
 	}
-	w, err := s.changeWorker(ctx, conn, "SET #models = :models, #registered = :t", names(aModels, aReg),
-		values{":models": list, ":t": boolean(true)})
-	if err != nil {
-		return store.Worker{}, fmt.Errorf("dynamo: register worker %s: %w", conn, err)
+	var it workerItem
+	if err := s.get(ctx, workerKey(conn), &it); err != nil {
+		return fail(err)
 	}
-	return w, nil
+	for try := 0; ; try++ {
+		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
+			UpdateExpression: aws.String("SET #models = :models, #registered = :t"),
+			ConditionExpression: aws.String("attribute_exists(pk) AND #token_hash = :token AND #state = :state AND #job = :job" +
+				" AND #draining = :draining AND #milli_tok_per_sec = :speed"),
+			ExpressionAttributeNames: names(aModels, aReg, aTokenHash, aState, aJob, aDraining, aSpeed),
+			ExpressionAttributeValues: values{":models": list, ":t": boolean(true), ":token": str(it.TokenHash),
+				":state": str(it.State), ":job": str(it.Job), ":draining": boolean(it.Draining), ":speed": num(it.Speed)},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
+		if it.TokenHash != "" {
+			// A revoke that raced this connection's $connect may have
+			// missed it (API Gateway refuses to close a connection
+			// still in $connect); its first message ends here.
+			items = append(items, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
+				Key: workerTokens.hashKey(it.TokenHash).av(), ConditionExpression: aws.String("attribute_not_exists(#revoked)"),
+				ExpressionAttributeNames: names(aRevoked)}})
+		}
+		err := s.transact(ctx, items)
+		var tf *txFailed
+		switch {
+		case err == nil:
+			it.Models, it.Registered = models, true
+			w := it.worker()
+			s.hints.setWorker(w)
+			return w, nil
+		case !errors.As(err, &tf):
+			return fail(err)
+		case tf.failed(0) && tf.old(0) == nil:
+			return fail(store.ErrNotFound)
+		case tf.failed(1):
+			return fail(fmt.Errorf("worker token: %w", store.ErrRevoked))
+		case !tf.failed(0):
+			return fail(tf)
+		}
+		it = workerItem{}
+		if err := unmarshal(tf.old(0), &it); err != nil {
+			return fail(err)
+		}
+		if try >= maxStaleRetries {
+			return fail(fmt.Errorf("worker keeps changing: %w", store.ErrConflict))
+		}
+	}
 }
 
 func marshalList(ss []string) (types.AttributeValue, error) {
@@ -137,6 +283,13 @@ func (s *Store) GetWorker(ctx context.Context, conn string) (store.Worker, error
 // deleted: the delete is conditioned on the state and job it read, and
 // reads again if they changed in between, because the caller requeues or
 // fails the job it returns.
+//
+// The token's live count goes down in the same transaction, on the
+// condition that the connection's entry has not expired. An expired one
+// was left out of any recount since (see PutWorker), so counting it down
+// as well would take the count below the truth; and the count never goes
+// below zero. Either way the worker is deleted: a disconnect never fails
+// on the count.
 func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, error) {
 	fail := func(err error) (store.Worker, error) {
 		return store.Worker{}, fmt.Errorf("dynamo: delete worker %s: %w", conn, err)
@@ -145,13 +298,26 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 	if err := s.get(ctx, workerKey(conn), &it); err != nil {
 		return fail(err)
 	}
+	countDown := true
 	for try := 0; ; try++ {
 		items := []types.TransactWriteItem{{Delete: &types.Delete{TableName: s.tableName(), Key: workerKey(conn).av(),
 			ConditionExpression:                 aws.String("#state = :state AND #job = :job"),
 			ExpressionAttributeNames:            names(aState, aJob),
 			ExpressionAttributeValues:           values{":state": str(it.State), ":job": str(it.Job)},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
-		if it.TokenHash != "" {
+		switch {
+		case it.TokenHash != "" && countDown:
+			items = append(items,
+				types.TransactWriteItem{Delete: &types.Delete{TableName: s.tableName(), Key: tokenConnKey(it.TokenHash, conn).av(),
+					ConditionExpression:       aws.String("#ttl > :now"),
+					ExpressionAttributeNames:  names(schema.TTL),
+					ExpressionAttributeValues: values{":now": num(ttl(s.now()))}}},
+				types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: tokenLiveKey(it.TokenHash).av(),
+					UpdateExpression:          aws.String("SET #count = #count - :one, #ver = #ver + :one"),
+					ConditionExpression:       aws.String("#count > :zero"),
+					ExpressionAttributeNames:  names(aCount, aVersion),
+					ExpressionAttributeValues: values{":zero": num(0), ":one": num(1)}}})
+		case it.TokenHash != "":
 			items = append(items, types.TransactWriteItem{Delete: &types.Delete{TableName: s.tableName(),
 				Key: tokenConnKey(it.TokenHash, conn).av()}})
 		}
@@ -163,13 +329,20 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 			}
 			return it.worker(), nil
 		}
-		old := tf.old(0)
-		if old == nil {
-			return fail(store.ErrNotFound)
+		if tf.failed(1) || tf.failed(2) {
+			// The entry expired (or is gone), or the count is at zero:
+			// delete without counting down.
+			countDown = false
 		}
-		it = workerItem{}
-		if err := unmarshal(old, &it); err != nil {
-			return fail(err)
+		if tf.failed(0) {
+			old := tf.old(0)
+			if old == nil {
+				return fail(store.ErrNotFound)
+			}
+			it = workerItem{}
+			if err := unmarshal(old, &it); err != nil {
+				return fail(err)
+			}
 		}
 		if try >= maxStaleRetries {
 			return fail(fmt.Errorf("worker keeps changing: %w", store.ErrConflict))
@@ -297,17 +470,21 @@ func (s *Store) DeleteListener(ctx context.Context, conn string) error {
 
 // ResetConnections is for a gateway whose relay just started, so that no
 // connection from before exists: the dev runner on DynamoDB. It deletes
-// every worker and listener record and fails, with a refund, every job left
-// queued or assigned (their prompts lived in the memory of the process that
-// stopped). It scans the whole table; never call it in AWS, where relay
-// connections outlive any one function instance.
+// every worker and listener record, with the tokens' connection entries and
+// live counts, and fails, with a refund, every job left queued or assigned
+// (their prompts lived in the memory of the process that stopped). It scans
+// the whole table; never call it in AWS, where relay connections outlive
+// any one function instance.
 func (s *Store) ResetConnections(ctx context.Context, reason string, now time.Time) error {
 	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{TableName: s.tableName(),
-		FilterExpression:          aws.String("begins_with(pk, :w) OR begins_with(pk, :l) OR (begins_with(pk, :j) AND (#state = :queued OR #state = :assigned))"),
-		ExpressionAttributeNames:  names(aState),
-		ExpressionAttributeValues: values{":w": str(pWorker), ":l": str(pListener), ":j": str(pJob), ":queued": str(string(store.JobQueued)), ":assigned": str(string(store.JobAssigned))},
-		ConsistentRead:            aws.Bool(true)})
-	var jobs []string
+		FilterExpression: aws.String("begins_with(pk, :w) OR begins_with(pk, :l) OR (begins_with(pk, :t) AND (begins_with(sk, :c) OR sk = :live))" +
+			" OR (begins_with(pk, :j) AND (#state = :queued OR #state = :assigned))"),
+		ExpressionAttributeNames: names(aState),
+		ExpressionAttributeValues: values{":w": str(pWorker), ":l": str(pListener), ":t": str(workerTokens.prefix),
+			":c": str(sConn), ":live": str(sLive), ":j": str(pJob),
+			":queued": str(string(store.JobQueued)), ":assigned": str(string(store.JobAssigned))},
+		ConsistentRead: aws.Bool(true)})
+	var jobs, workers []string
 	var stale []key
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -319,9 +496,12 @@ func (s *Store) ResetConnections(ctx context.Context, reason string, now time.Ti
 			if err := unmarshal(item, &k); err != nil {
 				return err
 			}
-			if strings.HasPrefix(k.PK, pJob) {
+			switch {
+			case strings.HasPrefix(k.PK, pJob):
 				jobs = append(jobs, strings.TrimPrefix(k.PK, pJob))
-			} else {
+			case strings.HasPrefix(k.PK, pWorker):
+				workers = append(workers, strings.TrimPrefix(k.PK, pWorker))
+			default:
 				stale = append(stale, k)
 			}
 		}
@@ -331,13 +511,15 @@ func (s *Store) ResetConnections(ctx context.Context, reason string, now time.Ti
 			return fmt.Errorf("dynamo: reset connections: %w", err)
 		}
 	}
-	for _, k := range stale {
-		if strings.HasPrefix(k.PK, pWorker) {
-			if _, err := s.DeleteWorker(ctx, strings.TrimPrefix(k.PK, pWorker)); err != nil && !errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("dynamo: reset connections: %w", err)
-			}
-			continue
+	for _, conn := range workers {
+		if _, err := s.DeleteWorker(ctx, conn); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("dynamo: reset connections: %w", err)
 		}
+	}
+	// Listeners, and what the workers' deletes left of their tokens'
+	// bookkeeping: entries of records that had expired, and the counts,
+	// which must start from zero now that no connection exists.
+	for _, k := range stale {
 		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.tableName(), Key: k.av()}); err != nil {
 			return fmt.Errorf("dynamo: reset connections: %w", err)
 		}

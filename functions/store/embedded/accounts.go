@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -268,16 +270,10 @@ func (s *Store) revokeSecret(ctx context.Context, kind secretKind, accountID, id
 		if !kind.workers {
 			return nil
 		}
-		return tx.Bucket(bWorkers).ForEach(func(k, v []byte) error {
-			var w store.Worker
-			if err := decode(k, v, &w); err != nil {
-				return err
-			}
-			if hashes[w.TokenHash] {
-				conns = append(conns, w.Conn)
-			}
-			return nil
-		})
+		for _, h := range slices.Sorted(maps.Keys(hashes)) {
+			conns = append(conns, tokenConns(tx, h)...)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: revoke %s %s of %s: %w", kind.name, id, accountID, err)

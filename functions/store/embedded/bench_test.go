@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -23,7 +24,8 @@ func bench(b *testing.B, setup func(b *testing.B, s *Store), op func(s *Store, i
 		noSync bool
 	}{{"sync", false}, {"nosync", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			s, err := Open(filepath.Join(b.TempDir(), "c0.db"), WithNoSync())
+			// Setup connects b.N workers on one token.
+			s, err := Open(filepath.Join(b.TempDir(), "c0.db"), WithNoSync(), WithMaxConnsPerToken(math.MaxInt))
 			if err != nil {
 				b.Fatal(err)
 			}

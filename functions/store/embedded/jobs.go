@@ -13,16 +13,19 @@ import (
 )
 
 // Admit implements store.Store. The checks run before any write, so an
-// error leaves every record, the rate-limit count included, as it was.
-func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, error) {
+// error leaves every record, the rate-limit counts included, as it was.
+func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
 	in := r.Job
 	if in.ID == "" {
-		return store.Job{}, errors.New("embedded: admit: empty job id")
+		return store.Admission{}, errors.New("embedded: admit: empty job id")
 	}
 	if in.Price < 0 {
-		return store.Job{}, fmt.Errorf("embedded: admit job %s: negative price %d", in.ID, in.Price)
+		return store.Admission{}, fmt.Errorf("embedded: admit job %s: negative price %d", in.ID, in.Price)
 	}
-	var job store.Job
+	if r.AccountLimit < 0 {
+		return store.Admission{}, fmt.Errorf("embedded: admit job %s: negative account limit %d", in.ID, r.AccountLimit)
+	}
+	var adm store.Admission
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		var key store.Secret
 		if ok, err := getJSON(tx.Bucket(bAPIKeys), []byte(r.KeyHash), &key); err != nil {
@@ -44,14 +47,26 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 			return fmt.Errorf("job: %w", store.ErrExists)
 		}
 
-		windows := tx.Bucket(bRateWindows)
-		wk := append(timeKey(r.Window), r.KeyHash...)
-		var count int64
-		if _, err := getJSON(windows, wk, &count); err != nil {
+		keyWindows := tx.Bucket(bRateWindows)
+		kw := append(timeKey(r.Window), r.KeyHash...)
+		var keyCount int64
+		if _, err := getJSON(keyWindows, kw, &keyCount); err != nil {
 			return err
 		}
-		if count >= r.Limit {
-			return fmt.Errorf("api key %s: %d of %d requests in window: %w", key.ID, count, r.Limit, store.ErrRateLimited)
+		if keyCount >= r.Limit {
+			return fmt.Errorf("api key %s: %d of %d requests in window: %w", key.ID, keyCount, r.Limit, store.ErrRateLimited)
+		}
+		// The account's window is counted even without a cap, so that
+		// the count is right the moment a cap is set.
+		accountWindows := tx.Bucket(bAccountWindows)
+		aw := append(timeKey(r.Window), accountID...)
+		var accountCount int64
+		if _, err := getJSON(accountWindows, aw, &accountCount); err != nil {
+			return err
+		}
+		if r.AccountLimit > 0 && accountCount >= r.AccountLimit {
+			return fmt.Errorf("account %s: %d of %d requests in window: %w",
+				accountID, accountCount, r.AccountLimit, store.ErrRateLimited)
 		}
 
 		accounts := tx.Bucket(bAccounts)
@@ -75,13 +90,16 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 		if err := putJSON(accounts, []byte(accountID), a); err != nil {
 			return err
 		}
-		if err := putJSON(windows, wk, count+1); err != nil {
+		if err := putJSON(keyWindows, kw, keyCount+1); err != nil {
+			return err
+		}
+		if err := putJSON(accountWindows, aw, accountCount+1); err != nil {
 			return err
 		}
 		if err := pruneRateWindows(tx, r.Window); err != nil {
 			return err
 		}
-		job = store.Job{
+		job := store.Job{
 			ID:            in.ID,
 			AccountID:     accountID,
 			Model:         in.Model,
@@ -98,18 +116,19 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Job, err
 		if err := putJSON(jobs, []byte(job.ID), job); err != nil {
 			return err
 		}
+		adm = store.Admission{Job: job, KeyRequests: keyCount + 1, AccountRequests: accountCount + 1}
 		return tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil)
 	})
 	if err != nil {
-		return store.Job{}, fmt.Errorf("embedded: admit job %s: %w", in.ID, err)
+		return store.Admission{}, fmt.Errorf("embedded: admit job %s: %w", in.ID, err)
 	}
-	return job, nil
+	return adm, nil
 }
 
-// pruneRateWindows deletes rate-limit counters of windows more than
-// rateWindowRetention older than the newest window seen. The newest is kept
-// rather than taken from this request so that one caller with a lagging
-// clock cannot make the store forget current windows.
+// pruneRateWindows deletes the rate-limit counters (keys' and accounts')
+// of windows more than rateWindowRetention older than the newest window
+// seen. The newest is kept rather than taken from this request so that one
+// caller with a lagging clock cannot make the store forget current windows.
 func pruneRateWindows(tx *bolt.Tx, window time.Time) error {
 	counters := tx.Bucket(bCounters)
 	var newest time.Time
@@ -122,8 +141,13 @@ func pruneRateWindows(tx *bolt.Tx, window time.Time) error {
 	if err := putJSON(counters, cNewestWindow, window); err != nil {
 		return err
 	}
-	_, err := deleteKeysBefore(tx.Bucket(bRateWindows), timeKey(window.Add(-rateWindowRetention)), 0)
-	return err
+	limit := timeKey(window.Add(-rateWindowRetention))
+	for _, name := range [][]byte{bRateWindows, bAccountWindows} {
+		if _, err := deleteKeysBefore(tx.Bucket(name), limit, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GetJob implements store.Store.

@@ -3,10 +3,10 @@
 //
 // Layout: one bolt bucket per record kind, JSON values, plus a few index
 // buckets whose keys sort the way the queries need (the per-model queue by
-// (Created, ID), secrets by (account, CreatedAt), rate windows and nonce
-// expiries by time). Every method runs in one bolt transaction, so every
-// multi-record change is atomic, and bolt runs one writer at a time, so
-// check-then-write inside a transaction cannot race.
+// (Created, ID), secrets by (account, CreatedAt), live workers by token,
+// rate windows and nonce expiries by time). Every method runs in one bolt
+// transaction, so every multi-record change is atomic, and bolt runs one
+// writer at a time, so check-then-write inside a transaction cannot race.
 //
 // Connections do not survive a restart: Open deletes every Worker and
 // Listener record and fails (with a refund) every job left queued or
@@ -35,22 +35,24 @@ var (
 	bAPIKeysByAccount = []byte("api_keys_by_account") // account|created|hash → ""
 	bTokens           = []byte("worker_tokens")       // hash → Secret
 	bTokensByAccount  = []byte("worker_tokens_by_account")
-	bNonces           = []byte("nonces")        // nonce → expiry
-	bNonceExpiry      = []byte("nonce_expiry")  // expiry|nonce → ""
-	bJobs             = []byte("jobs")          // job id → Job
-	bQueue            = []byte("queue")         // model|created|id → ""
-	bAssigned         = []byte("assigned")      // job id → "" for assigned jobs
-	bRateWindows      = []byte("rate_windows")  // window|key hash → count
-	bWorkers          = []byte("workers")       // conn → Worker
-	bListeners        = []byte("listeners")     // conn → Listener
-	bCounters         = []byte("counters")      // name → int64 or time
-	bTokenMinutes     = []byte("token_minutes") // minute → completion tokens
+	bNonces           = []byte("nonces")               // nonce → expiry
+	bNonceExpiry      = []byte("nonce_expiry")         // expiry|nonce → ""
+	bJobs             = []byte("jobs")                 // job id → Job
+	bQueue            = []byte("queue")                // model|created|id → ""
+	bAssigned         = []byte("assigned")             // job id → "" for assigned jobs
+	bRateWindows      = []byte("rate_windows")         // window|key hash → count
+	bAccountWindows   = []byte("account_rate_windows") // window|account id → count
+	bWorkers          = []byte("workers")              // conn → Worker
+	bWorkersByToken   = []byte("workers_by_token")     // token hash|conn → "" for workers with a token
+	bListeners        = []byte("listeners")            // conn → Listener
+	bCounters         = []byte("counters")             // name → int64 or time
+	bTokenMinutes     = []byte("token_minutes")        // minute → completion tokens
 )
 
 var allBuckets = [][]byte{
 	bAccounts, bGrants, bAPIKeys, bAPIKeysByAccount, bTokens, bTokensByAccount,
-	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bWorkers,
-	bListeners, bCounters, bTokenMinutes,
+	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bAccountWindows,
+	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes,
 }
 
 // Counter keys.
@@ -89,12 +91,15 @@ type Store struct {
 	// now is the clock UseNonce judges expiry by; the interface passes no
 	// "now" to it. Everything else takes its times from the caller.
 	now func() time.Time
+	// maxConns is the most live workers one worker token may hold.
+	maxConns int
 }
 
 var _ store.Store = (*Store)(nil)
 
 type options struct {
-	noSync bool
+	noSync   bool
+	maxConns int
 }
 
 // Option configures Open.
@@ -104,20 +109,28 @@ type Option func(*options)
 // lose recent commits, so it is for tests and benchmarks only.
 func WithNoSync() Option { return func(o *options) { o.noSync = true } }
 
+// WithMaxConnsPerToken sets the most live workers one worker token may
+// hold [store.MaxConnsPerToken], for tests and benchmarks that need another
+// cap; n must be at least 1.
+func WithMaxConnsPerToken(n int) Option { return func(o *options) { o.maxConns = n } }
+
 // Open opens (creating if needed) the store at path. It deletes every worker
 // and listener record and fails with a refund every queued or assigned job:
 // those belonged to connections and in-memory prompts of a process that is
 // gone.
 func Open(path string, opts ...Option) (*Store, error) {
-	var o options
+	o := options{maxConns: store.MaxConnsPerToken}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.maxConns < 1 {
+		return nil, fmt.Errorf("embedded: open %s: max connections per token %d, want at least 1", path, o.maxConns)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout, NoSync: o.noSync})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", path, err)
 	}
-	s := &Store{db: db, now: time.Now}
+	s := &Store{db: db, now: time.Now, maxConns: o.maxConns}
 	if err := db.Update(func(tx *bolt.Tx) error { return s.reset(tx, time.Now()) }); err != nil {
 		return nil, errors.Join(fmt.Errorf("embedded: open %s: %w", path, err), db.Close())
 	}
@@ -152,7 +165,7 @@ func (s *Store) reset(tx *bolt.Tx, now time.Time) error {
 			return fmt.Errorf("fail job %s left from before the restart: %w", id, err)
 		}
 	}
-	for _, name := range [][]byte{bWorkers, bListeners} {
+	for _, name := range [][]byte{bWorkers, bWorkersByToken, bListeners} {
 		if err := tx.DeleteBucket(name); err != nil {
 			return fmt.Errorf("clear bucket %s: %w", name, err)
 		}

@@ -132,15 +132,50 @@ func TestRateWindowsPruned(t *testing.T) {
 		must(t, err)
 	}
 	// Windows 12:00..12:04 were used; 12:04 is the newest, so 12:02 and
-	// later are kept.
-	if n := bucketLen(t, s, bRateWindows); n != 3 {
-		t.Errorf("%d rate windows kept, want 3", n)
+	// later are kept, for the key and for the account.
+	for _, b := range [][]byte{bRateWindows, bAccountWindows} {
+		if n := bucketLen(t, s, b); n != 3 {
+			t.Errorf("%s: %d rate windows kept, want 3", b, n)
+		}
 	}
 	// A late request for an old window does not prune newer ones.
 	_, err := s.Admit(ctx, admitReq("late", t0, 1))
 	must(t, err)
-	if n := bucketLen(t, s, bRateWindows); n != 4 {
-		t.Errorf("%d rate windows kept, want 4", n)
+	for _, b := range [][]byte{bRateWindows, bAccountWindows} {
+		if n := bucketLen(t, s, b); n != 4 {
+			t.Errorf("%s: %d rate windows kept, want 4", b, n)
+		}
+	}
+}
+
+// TestReopenFreesTokenSlots: the connections a restart dropped no longer
+// count against their token's cap.
+func TestReopenFreesTokenSlots(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "c0.db")
+	s, err := Open(path, WithNoSync(), WithMaxConnsPerToken(2))
+	must(t, err)
+	for _, conn := range []string{"w1", "w2"} {
+		must(t, s.PutWorker(ctx, worker(conn)))
+	}
+	if err := s.PutWorker(ctx, worker("w3")); !errors.Is(err, store.ErrLimit) {
+		t.Fatalf("third connection on a token capped at 2: %v, want ErrLimit", err)
+	}
+	must(t, s.Close())
+	s, err = Open(path, WithNoSync(), WithMaxConnsPerToken(2))
+	must(t, err)
+	defer func() { must(t, s.Close()) }()
+	for _, conn := range []string{"w3", "w4"} {
+		must(t, s.PutWorker(ctx, worker(conn)))
+	}
+	if n := bucketLen(t, s, bWorkersByToken); n != 2 {
+		t.Errorf("%d token entries, want 2", n)
+	}
+}
+
+func TestOpenRejectsZeroConnCap(t *testing.T) {
+	if _, err := Open(filepath.Join(t.TempDir(), "c0.db"), WithMaxConnsPerToken(0)); err == nil {
+		t.Fatal("Open with a cap of 0 connections per token: no error")
 	}
 }
 

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,8 +17,41 @@ func loadWorker(tx *bolt.Tx, conn string) (store.Worker, bool, error) {
 	return w, ok, err
 }
 
+// tokenConnKey is a worker's entry under its token in bWorkersByToken.
+func tokenConnKey(tokenHash, conn string) []byte {
+	return append(prefixKey(tokenHash), conn...)
+}
+
+// tokenConns returns the connections of the live workers on a token.
+func tokenConns(tx *bolt.Tx, tokenHash string) []string {
+	var out []string
+	prefix := prefixKey(tokenHash)
+	c := tx.Bucket(bWorkersByToken).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		out = append(out, string(k[len(prefix):]))
+	}
+	return out
+}
+
+// revokedToken returns ErrRevoked if the worker token exists and is
+// revoked. A token the store does not know (tests, a worker without one)
+// is not revoked.
+func revokedToken(tx *bolt.Tx, tokenHash string) error {
+	if tokenHash == "" {
+		return nil
+	}
+	var tok store.Secret
+	if ok, err := getJSON(tx.Bucket(bTokens), []byte(tokenHash), &tok); err != nil {
+		return err
+	} else if ok && !tok.Active() {
+		return fmt.Errorf("worker token %s: %w", tok.ID, store.ErrRevoked)
+	}
+	return nil
+}
+
 // PutWorker implements store.Store. An empty State is stored as idle, the
-// state of a fresh connection.
+// state of a fresh connection. A worker without a TokenHash counts against
+// no token's cap: the relay always sets one; tests may not.
 func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 	if w.Conn == "" {
 		return errors.New("embedded: put worker: empty connection id")
@@ -32,11 +66,18 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 		}
 		// A token revoked since the caller checked it: the revoke
 		// listed the token's workers before this one existed.
-		var tok store.Secret
-		if ok, err := getJSON(tx.Bucket(bTokens), []byte(w.TokenHash), &tok); err != nil {
+		if err := revokedToken(tx, w.TokenHash); err != nil {
 			return err
-		} else if ok && !tok.Active() {
-			return fmt.Errorf("worker token: %w", store.ErrRevoked)
+		}
+		if w.TokenHash != "" {
+			// Workers are deleted only by DeleteWorker and by Open,
+			// which keep this index with them, so the count is exact.
+			if n := len(tokenConns(tx, w.TokenHash)); n >= s.maxConns {
+				return fmt.Errorf("%d of %d connections on the worker token: %w", n, s.maxConns, store.ErrLimit)
+			}
+			if err := tx.Bucket(bWorkersByToken).Put(tokenConnKey(w.TokenHash, w.Conn), nil); err != nil {
+				return err
+			}
 		}
 		return putJSON(b, []byte(w.Conn), w)
 	})
@@ -46,11 +87,22 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 	return nil
 }
 
-// RegisterWorker implements store.Store.
+// RegisterWorker implements store.Store. The token is checked in the same
+// transaction as the registration, so a revoke that committed first is
+// never missed.
 func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string) (store.Worker, error) {
-	w, err := s.changeWorker(ctx, conn, func(w *store.Worker) {
+	var w store.Worker
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var err error
+		if w, err = requireWorker(tx, conn); err != nil {
+			return err
+		}
+		if err := revokedToken(tx, w.TokenHash); err != nil {
+			return err
+		}
 		w.Models = append([]string(nil), models...)
 		w.Registered = true
+		return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
 	})
 	if err != nil {
 		return store.Worker{}, fmt.Errorf("embedded: register worker %s: %w", conn, err)
@@ -111,6 +163,11 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 		var err error
 		if w, err = requireWorker(tx, conn); err != nil {
 			return err
+		}
+		if w.TokenHash != "" {
+			if err := tx.Bucket(bWorkersByToken).Delete(tokenConnKey(w.TokenHash, conn)); err != nil {
+				return err
+			}
 		}
 		return tx.Bucket(bWorkers).Delete([]byte(conn))
 	})

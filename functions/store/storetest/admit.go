@@ -14,10 +14,14 @@ var admitTests = []test{
 		key := f.payer("a1", 100, 0)
 		r := request(key, "j1", "m1", 30, at(1))
 		r.Job.AccountID = "a1"
-		got, err := f.s.Admit(f.ctx, r)
+		adm, err := f.s.Admit(f.ctx, r)
 		if err != nil {
 			t.Fatalf("Admit: %v", err)
 		}
+		if adm.KeyRequests != 1 || adm.AccountRequests != 1 {
+			t.Errorf("counts %d (key), %d (account); want 1, 1", adm.KeyRequests, adm.AccountRequests)
+		}
+		got := adm.Job
 		want := store.Job{
 			ID: "j1", AccountID: "a1", Model: "m1", Price: 30, State: store.JobQueued,
 			Listener: "listener-1", Created: at(1), Updated: got.Updated,
@@ -60,8 +64,9 @@ var admitTests = []test{
 				id := "acct-" + name
 				key := f.payer(id, tc.credits, tc.allowance)
 				before := f.getAccount(id)
-				j, err := f.s.Admit(f.ctx, request(key, "job-"+name, "m1", tc.price, at(1)))
+				adm, err := f.s.Admit(f.ctx, request(key, "job-"+name, "m1", tc.price, at(1)))
 				wantErr(t, "Admit", err, tc.err)
+				j := adm.Job
 				a := f.getAccount(id)
 				if tc.err != nil {
 					sameAccount(t, "account after a refused Admit", a, before)
@@ -212,7 +217,7 @@ var admitTests = []test{
 	}},
 	{"ConcurrentAllowanceThenRefund", func(t *testing.T, f *fixture) {
 		key := f.payer("a1", 40, 30)
-		jobs := make([]store.Job, 50)
+		jobs := make([]store.Admission, 50)
 		errs := race(50, func(i int) error {
 			var err error
 			jobs[i], err = f.s.Admit(f.ctx, request(key, fmt.Sprintf("j%02d", i), "m1", 7, at(i)))
@@ -226,8 +231,8 @@ var admitTests = []test{
 		var admitted []string
 		for i, j := range jobs {
 			if errs[i] == nil {
-				fromAllowance += j.FromAllowance
-				admitted = append(admitted, j.ID)
+				fromAllowance += j.Job.FromAllowance
+				admitted = append(admitted, j.Job.ID)
 			}
 		}
 		if fromAllowance != 30 {
@@ -259,6 +264,146 @@ var admitTests = []test{
 		}
 		if a := f.getAccount("a1"); a.TotalSpent != 180 {
 			t.Errorf("spent %d, want 180", a.TotalSpent)
+		}
+	}},
+	{"AccountLimitAcrossKeys", func(t *testing.T, f *fixture) {
+		keys := []string{f.payer("a1", 1000, 0), f.key("a1"), f.key("a1")}
+		try := func(key string, w time.Time) (store.Admission, error) {
+			r := request(key, fmt.Sprintf("j%03d", f.next()), "m1", 1, at(1))
+			r.Window, r.AccountLimit = w, 5
+			return f.s.Admit(f.ctx, r)
+		}
+		// Five requests spread over three keys fill the account's window;
+		// no key is near its own limit.
+		for i, want := range []struct{ key, keyCount int64 }{{0, 1}, {1, 1}, {2, 1}, {0, 2}, {1, 2}} {
+			adm, err := try(keys[want.key], window)
+			if err != nil {
+				t.Fatalf("Admit %d: %v", i, err)
+			}
+			if adm.KeyRequests != want.keyCount || adm.AccountRequests != int64(i+1) {
+				t.Errorf("Admit %d: counts %d (key), %d (account); want %d, %d",
+					i, adm.KeyRequests, adm.AccountRequests, want.keyCount, i+1)
+			}
+		}
+		for i, key := range keys {
+			_, err := try(key, window)
+			wantErr(t, fmt.Sprintf("key %d over the account's limit", i), err, store.ErrRateLimited)
+		}
+		if a := f.getAccount("a1"); a.Credits != 995 || a.TotalSpent != 5 {
+			t.Errorf("credits %d, spent %d; want 995, 5 (a refused request costs nothing)", a.Credits, a.TotalSpent)
+		}
+		if q := f.queued("m1"); len(q) != 5 {
+			t.Errorf("%d queued, want 5", len(q))
+		}
+		// A new key does not reset the account's window.
+		_, err := try(f.key("a1"), window)
+		wantErr(t, "a new key in the full window", err, store.ErrRateLimited)
+		adm, err := try(keys[2], window.Add(time.Minute))
+		wantErr(t, "the next window", err, nil)
+		if adm.KeyRequests != 1 || adm.AccountRequests != 1 {
+			t.Errorf("next window: counts %d, %d; want 1, 1", adm.KeyRequests, adm.AccountRequests)
+		}
+		// Another account is not limited by this one.
+		_, err = try(f.payer("a2", 10, 0), window)
+		wantErr(t, "another account in the same window", err, nil)
+	}},
+	{"RefusedCountsNowhere", func(t *testing.T, f *fixture) {
+		a, b := f.payer("a1", 1000, 0), f.key("a1")
+		try := func(key string, limit, accountLimit int64) (store.Admission, error) {
+			r := request(key, fmt.Sprintf("j%03d", f.next()), "m1", 1, at(1))
+			r.Limit, r.AccountLimit = limit, accountLimit
+			return f.s.Admit(f.ctx, r)
+		}
+		for range 2 {
+			if _, err := try(a, 2, 3); err != nil {
+				t.Fatalf("Admit: %v", err)
+			}
+		}
+		_, err := try(a, 2, 3)
+		wantErr(t, "over the key's limit", err, store.ErrRateLimited)
+		// The key's refusal did not count against the account: b gets
+		// the account's third request.
+		adm, err := try(b, 2, 3)
+		wantErr(t, "the account's last request", err, nil)
+		if adm.KeyRequests != 1 || adm.AccountRequests != 3 {
+			t.Errorf("counts %d (key), %d (account); want 1, 3", adm.KeyRequests, adm.AccountRequests)
+		}
+		_, err = try(b, 2, 3)
+		wantErr(t, "over the account's limit", err, store.ErrRateLimited)
+		// Nor did the account's refusal count against b: with the
+		// account's cap lifted, b has one request left.
+		adm, err = try(b, 2, 0)
+		wantErr(t, "without an account cap", err, nil)
+		if adm.KeyRequests != 2 || adm.AccountRequests != 4 {
+			t.Errorf("counts %d (key), %d (account); want 2, 4", adm.KeyRequests, adm.AccountRequests)
+		}
+		// Refusals for other reasons count nowhere either.
+		poor := f.key("a1")
+		for range 2 {
+			r := request(poor, fmt.Sprintf("j%03d", f.next()), "m1", 1_000_000, at(1))
+			r.AccountLimit = 100
+			_, err := f.s.Admit(f.ctx, r)
+			wantErr(t, "Admit without the credits", err, store.ErrInsufficientCredits)
+		}
+		adm, err = try(poor, 2, 100)
+		wantErr(t, "Admit after two refusals", err, nil)
+		if adm.KeyRequests != 1 || adm.AccountRequests != 5 {
+			t.Errorf("counts %d (key), %d (account); want 1, 5", adm.KeyRequests, adm.AccountRequests)
+		}
+	}},
+	{"NoAccountLimit", func(t *testing.T, f *fixture) {
+		keys := []string{f.payer("a1", 1000, 0), f.key("a1"), f.key("a1")}
+		for i := range 12 {
+			r := request(keys[i%3], fmt.Sprintf("j%02d", i), "m1", 1, at(i))
+			r.Limit, r.AccountLimit = 4, 0
+			adm, err := f.s.Admit(f.ctx, r)
+			if err != nil {
+				t.Fatalf("Admit %d: %v", i, err)
+			}
+			if adm.KeyRequests != int64(i/3+1) || adm.AccountRequests != int64(i+1) {
+				t.Errorf("Admit %d: counts %d (key), %d (account); want %d, %d",
+					i, adm.KeyRequests, adm.AccountRequests, i/3+1, i+1)
+			}
+		}
+	}},
+	{"ConcurrentAccountLimit", func(t *testing.T, f *fixture) {
+		keys := []string{f.payer("a1", 1_000_000, 0)}
+		for range store.MaxActiveKeys - 1 {
+			keys = append(keys, f.key("a1"))
+		}
+		// 100 requests race over 5 keys, each key well within its own
+		// limit, for an account that may make 30.
+		adms := make([]store.Admission, 100)
+		errs := race(100, func(i int) error {
+			r := request(keys[i%len(keys)], fmt.Sprintf("j%03d", i), "m1", 3, at(i))
+			r.Limit, r.AccountLimit = 60, 30
+			var err error
+			adms[i], err = f.s.Admit(f.ctx, r)
+			return err
+		})
+		ok, by := tally(t, errs, store.ErrRateLimited)
+		if ok != 30 || by[store.ErrRateLimited] != 70 {
+			t.Errorf("%d admitted, %d ErrRateLimited; want 30, 70", ok, by[store.ErrRateLimited])
+		}
+		if a := f.getAccount("a1"); a.TotalSpent != 90 {
+			t.Errorf("spent %d, want 90", a.TotalSpent)
+		}
+		if q := f.queued("m1"); len(q) != 30 {
+			t.Errorf("%d queued, want 30", len(q))
+		}
+		// Each admitted request has its own place in the account's window.
+		var counts []int64
+		for i, adm := range adms {
+			if errs[i] == nil {
+				counts = append(counts, adm.AccountRequests)
+			}
+		}
+		slices.Sort(counts)
+		for i, c := range counts {
+			if c != int64(i+1) {
+				t.Errorf("account counts of the admitted requests %v, want 1 to %d", counts, len(counts))
+				break
+			}
 		}
 	}},
 }

@@ -114,7 +114,8 @@ var assignTests = []test{
 		key := f.payer("a1", 100, 0)
 		f.admit(key, "j1", "m1", 1, at(1))
 		for i := range 50 {
-			f.worker(fmt.Sprintf("w%02d", i), "wa", "m1")
+			// Two operators: one token holds at most MaxConnsPerToken.
+			f.worker(fmt.Sprintf("w%02d", i), []string{"wa", "wb"}[i%2], "m1")
 		}
 		won := make([]store.Job, 50)
 		errs := race(50, func(i int) error {

@@ -166,11 +166,11 @@ func request(keyHash, jobID, model string, price int64, created time.Time) store
 // admit admits a job that must be admitted.
 func (f *fixture) admit(keyHash, jobID, model string, price int64, created time.Time) store.Job {
 	f.t.Helper()
-	j, err := f.s.Admit(f.ctx, request(keyHash, jobID, model, price, created))
+	a, err := f.s.Admit(f.ctx, request(keyHash, jobID, model, price, created))
 	if err != nil {
 		f.t.Fatalf("Admit %s: %v", jobID, err)
 	}
-	return j
+	return a.Job
 }
 
 // worker connects and registers a worker.

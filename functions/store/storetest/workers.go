@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -87,6 +88,116 @@ var workerTests = []test{
 			if got := conns(idle); !slices.Equal(got, want) {
 				t.Errorf("IdleWorkers(%s) %v, want %v", model, got, want)
 			}
+		}
+	}},
+	{"ConnsPerToken", func(t *testing.T, f *fixture) {
+		put := func(conn, token string) error {
+			return f.s.PutWorker(f.ctx, store.Worker{Conn: conn, AccountID: "wa", TokenHash: token,
+				State: store.WorkerIdle, ConnectedAt: base})
+		}
+		for i := range store.MaxConnsPerToken {
+			if err := put(fmt.Sprintf("w%02d", i), "tok-1"); err != nil {
+				t.Fatalf("PutWorker %d: %v", i, err)
+			}
+		}
+		wantErr(t, "PutWorker over the cap", put("extra", "tok-1"), store.ErrLimit)
+		_, err := f.s.GetWorker(f.ctx, "extra")
+		wantErr(t, "GetWorker of the refused connection", err, store.ErrNotFound)
+		wantErr(t, "PutWorker on another token of the account", put("other", "tok-2"), nil)
+
+		// A disconnect frees its slot, and only one.
+		if _, err := f.s.DeleteWorker(f.ctx, "w00"); err != nil {
+			t.Fatalf("DeleteWorker: %v", err)
+		}
+		wantErr(t, "PutWorker after a disconnect", put("extra", "tok-1"), nil)
+		wantErr(t, "PutWorker over the cap again", put("extra2", "tok-1"), store.ErrLimit)
+		// A refused duplicate takes no slot.
+		if _, err := f.s.DeleteWorker(f.ctx, "w01"); err != nil {
+			t.Fatalf("DeleteWorker: %v", err)
+		}
+		wantErr(t, "PutWorker of a known connection", put("w02", "tok-1"), store.ErrExists)
+		wantErr(t, "PutWorker into the freed slot", put("extra2", "tok-1"), nil)
+		wantErr(t, "PutWorker over the cap at last", put("extra3", "tok-1"), store.ErrLimit)
+		all, err := f.s.Workers(f.ctx)
+		if err != nil {
+			t.Fatalf("Workers: %v", err)
+		}
+		if len(all) != store.MaxConnsPerToken+1 {
+			t.Errorf("%d workers, want %d on the token and 1 on the other", len(all), store.MaxConnsPerToken+1)
+		}
+	}},
+	{"ConcurrentConnsPerToken", func(t *testing.T, f *fixture) {
+		for round := range 2 {
+			// 100 connects race on one token whose cap is 32.
+			errs := race(100, func(i int) error {
+				return f.s.PutWorker(f.ctx, store.Worker{Conn: fmt.Sprintf("r%d-w%03d", round, i), AccountID: "wa",
+					TokenHash: "tok-1", State: store.WorkerIdle, ConnectedAt: base})
+			})
+			ok, by := tally(t, errs, store.ErrLimit)
+			if ok != store.MaxConnsPerToken || by[store.ErrLimit] != 100-store.MaxConnsPerToken {
+				t.Fatalf("round %d: %d connected, %d ErrLimit; want %d, %d",
+					round, ok, by[store.ErrLimit], store.MaxConnsPerToken, 100-store.MaxConnsPerToken)
+			}
+			all, err := f.s.Workers(f.ctx)
+			if err != nil {
+				t.Fatalf("Workers: %v", err)
+			}
+			if len(all) != store.MaxConnsPerToken {
+				t.Fatalf("round %d: %d workers stored, want %d", round, len(all), store.MaxConnsPerToken)
+			}
+			// They all disconnect at once; every slot comes back.
+			tally(t, race(len(all), func(i int) error {
+				_, err := f.s.DeleteWorker(f.ctx, all[i].Conn)
+				return err
+			}))
+		}
+	}},
+	{"NoTokenNoCap", func(t *testing.T, f *fixture) {
+		// A worker without a token counts against none (the relay
+		// always sets one).
+		for i := range store.MaxConnsPerToken + 1 {
+			w := store.Worker{Conn: fmt.Sprintf("w%02d", i), AccountID: "wa", State: store.WorkerIdle, ConnectedAt: base}
+			if err := f.s.PutWorker(f.ctx, w); err != nil {
+				t.Fatalf("PutWorker %d: %v", i, err)
+			}
+		}
+	}},
+	{"RegisterOnRevokedToken", func(t *testing.T, f *fixture) {
+		t1, t2 := secret("wa", 1, at(1)), secret("wa", 2, at(2))
+		for _, s := range []store.Secret{t1, t2} {
+			if err := f.s.PutWorkerToken(f.ctx, s); err != nil {
+				t.Fatalf("PutWorkerToken: %v", err)
+			}
+		}
+		for conn, tok := range map[string]string{"w1": t1.Hash, "w2": t2.Hash} {
+			w := store.Worker{Conn: conn, AccountID: "wa", TokenHash: tok, State: store.WorkerIdle, ConnectedAt: base}
+			if err := f.s.PutWorker(f.ctx, w); err != nil {
+				t.Fatalf("PutWorker %s: %v", conn, err)
+			}
+		}
+		// The revoke runs while w1 is still in $connect: its disconnect
+		// cannot reach w1, so registration is where w1 is stopped.
+		if _, err := f.s.RevokeWorkerToken(f.ctx, "wa", t1.ID, at(10)); err != nil {
+			t.Fatalf("RevokeWorkerToken: %v", err)
+		}
+		_, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1"})
+		wantErr(t, "RegisterWorker on a revoked token", err, store.ErrRevoked)
+		if w := f.getWorker("w1"); w.Registered || len(w.Models) != 0 {
+			t.Errorf("worker on a revoked token registered: %+v", w)
+		}
+		if _, err := f.s.RegisterWorker(f.ctx, "w2", []string{"m1"}); err != nil {
+			t.Fatalf("RegisterWorker on an active token: %v", err)
+		}
+		idle, err := f.s.IdleWorkers(f.ctx, "m1")
+		if err != nil {
+			t.Fatalf("IdleWorkers: %v", err)
+		}
+		if got := conns(idle); !slices.Equal(got, []string{"w2"}) {
+			t.Errorf("IdleWorkers %v, want [w2]", got)
+		}
+		// The caller closes the connection; its disconnect deletes it.
+		if _, err := f.s.DeleteWorker(f.ctx, "w1"); err != nil {
+			t.Errorf("DeleteWorker of the refused worker: %v", err)
 		}
 	}},
 }
