@@ -163,10 +163,17 @@ func planUnchecked(in Inputs) (Result, error) {
 }
 
 // iterations scales a property test's case count: full by default, a
-// tenth under -short or the race detector.
-func iterations(full int) int {
+// tenth under -short or the race detector, where the same cases run about
+// ten times slower. A tenth still exercises every path for data races;
+// the full size is what the properties are claimed at, so CI runs this
+// package a second time without -race (scripts/test), and a reduced run
+// says so in the test log.
+func iterations(t testing.TB, full int) int {
+	t.Helper()
 	if testing.Short() || raceEnabled {
-		return max(1, full/10)
+		n := max(1, full/10)
+		t.Logf("%d of %d cases (reduced under -short or -race; the full size runs without them)", n, full)
+		return n
 	}
 	return full
 }

@@ -111,7 +111,7 @@ func validTour(t *tsp, order []int) bool {
 // included.
 func TestHeldKarpMatchesBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	total := iterations(3000)
+	total := iterations(t, 3000)
 	for i := range total {
 		n := 1 + i%9
 		if n == 9 && i%27 != 8 && (testing.Short() || raceEnabled) {
@@ -135,7 +135,7 @@ func TestHeuristicNearExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	worst := 1.0
 	exact := 0
-	total := iterations(1000)
+	total := iterations(t, 1000)
 	for i := range total {
 		n := 10 + i%3
 		inst := randomTSP(rng, n, false)
@@ -169,7 +169,7 @@ func TestHeuristicNearExact(t *testing.T) {
 // and never worse than the plain nearest-neighbour tour they start from.
 func TestHeuristicLargeRings(t *testing.T) {
 	rng := rand.New(rand.NewPCG(10, 11))
-	for i := range iterations(100) {
+	for i := range iterations(t, 100) {
 		n := 13 + rng.IntN(40)
 		inst := randomTSP(rng, n, false)
 		order, got := inst.heuristic()

@@ -228,7 +228,7 @@ func TestSplit(t *testing.T) {
 	// Random splits: the sum is exact and every share is within one unit
 	// of its exact rational share (checked with big integers).
 	rng := rand.New(rand.NewPCG(1, 1))
-	for range iterations(5000) {
+	for range iterations(t, 5000) {
 		n := 1 + rng.IntN(20)
 		layers := make([]int, n)
 		for i := range layers {

@@ -34,6 +34,7 @@ const tinyModel = "tiny"
 func TestMain(m *testing.M) {
 	code := m.Run()
 	ollamatest.StopShared()
+	removeWorkerdBuild()
 	os.Exit(code)
 }
 

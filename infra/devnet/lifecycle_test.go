@@ -38,6 +38,7 @@ func TestDispatchOnRegistration(t *testing.T) {
 		err   error
 	}
 	res := make(chan result, 1)
+	keptAlive := make(chan struct{})
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -49,17 +50,27 @@ func TestDispatchOnRegistration(t *testing.T) {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			if sc.Text() != "" {
+				if sc.Text() == ": keep-alive" && len(lines) == 0 {
+					close(keptAlive)
+				}
 				lines = append(lines, sc.Text())
 			}
 		}
 		res <- result{lines: lines}
 	}()
-	// Wait until the job is queued, then bring a worker.
+	// Wait until the job is queued and the client has its first
+	// keep-alive, then bring a worker.
 	waitFor(t, "queued job", func() bool {
 		st, err := e.store.Stats(context.Background(), time.Now())
 		return err == nil && st.QueueByModel[tinyModel] == 1
 	})
-	time.Sleep(150 * time.Millisecond) // let keep-alives flow
+	select {
+	case <-keptAlive:
+	case r := <-res:
+		t.Fatalf("the stream ended before a worker came: %v %q", r.err, r.lines)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no keep-alive reached the client of a queued job in 10 s")
+	}
 	e.startWorker(ollamaBackend(srv), map[string]string{tinyModel: tinyModel})
 	r := <-res
 	if r.err != nil {
@@ -120,13 +131,19 @@ func TestClientDisconnectCancels(t *testing.T) {
 		ws, _ := e.store.IdleWorkers(context.Background(), tinyModel)
 		return err == nil && j.State == store.JobFailed && j.FailReason == "client_gone" && len(ws) == 1
 	})
-	j, _ := e.store.GetJob(context.Background(), id)
-	if j.Refunded {
-		t.Error("client-cancelled job was refunded")
-	}
-	// The worker serves the next request.
+	// The worker serves the next request. The cancelled job was settled
+	// (failed, its worker freed) before; once its worker has also finished
+	// another job, whatever the cancel set off has run: the cancelled job
+	// must still be unrefunded, and each job charged exactly once.
 	if _, err := e.client.Chat.Completions.New(context.Background(), chatParams("hello", 4)); err != nil {
 		t.Fatal(err)
+	}
+	j, _ := e.store.GetJob(context.Background(), id)
+	if j.State != store.JobFailed || j.Refunded {
+		t.Errorf("client-cancelled job %s refunded %v, want failed and not refunded", j.State, j.Refunded)
+	}
+	if a := e.balance(); a.Credits != 80 || a.TotalSpent != 20 {
+		t.Errorf("credits %d spent %d, want 80 and 20: both jobs charged, neither refunded", a.Credits, a.TotalSpent)
 	}
 }
 
@@ -228,7 +245,7 @@ func TestWorkerAuth(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {

@@ -3,16 +3,12 @@ package devnet_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
-
-	"github.com/c0mpute/c0mpute/functions/store"
 )
 
 // TestConcurrentDebits: 200 concurrent requests against a balance that pays
@@ -53,114 +49,5 @@ func TestConcurrentDebits(t *testing.T) {
 	}
 	if st.JobsCompleted != 10 {
 		t.Errorf("jobs completed %d", st.JobsCompleted)
-	}
-}
-
-// TestWorkerKilledMidStream kills the connection of the worker holding a job
-// at a random moment, 50 times, with three workers serving. Every job must
-// either complete (it moved to another worker before any token reached the
-// client) or end with one error event and exactly one refund; in the end
-// the ledger balances to the credit.
-func TestWorkerKilledMidStream(t *testing.T) {
-	const rounds, price, credits = 50, 10, 10_000
-	e := newEnv(t, envOptions{credits: credits})
-	srv := sharedOllama(t)
-	for range 3 {
-		e.startWorker(ollamaBackend(srv), map[string]string{tinyModel: tinyModel})
-	}
-	e.waitWorkers(tinyModel, 3)
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(1, 2))
-
-	var completed, failedWithEvent int
-	var jobIDs []string
-	for i := range rounds {
-		stream := i%2 == 0
-		p := chatParams("the cat sat on the mat", 48)
-		killAfter := time.Duration(rng.IntN(40)) * time.Millisecond
-
-		var id, text string
-		var err error
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if stream {
-				s := e.client.Chat.Completions.NewStreaming(ctx, p)
-				var b strings.Builder
-				for s.Next() {
-					c := s.Current()
-					id = c.ID
-					if len(c.Choices) > 0 {
-						b.WriteString(c.Choices[0].Delta.Content)
-					}
-				}
-				text, err = b.String(), s.Err()
-			} else {
-				var r *openai.ChatCompletion
-				r, err = e.client.Chat.Completions.New(ctx, p)
-				if r != nil {
-					id, text = r.ID, r.Choices[0].Message.Content
-				}
-			}
-		}()
-		time.Sleep(killAfter)
-		e.killBusyWorker()
-		<-done
-		switch {
-		case err == nil:
-			completed++
-			if text == "" {
-				t.Errorf("round %d: completed with empty text", i)
-			}
-		case stream && id != "":
-			failedWithEvent++ // tokens reached the client, then an error event
-		default:
-			t.Errorf("round %d (stream=%v): %v", i, stream, err)
-		}
-		if id != "" {
-			jobIDs = append(jobIDs, id)
-		}
-	}
-	t.Logf("%d completed on a worker, %d ended with an error event", completed, failedWithEvent)
-
-	// Let settlement finish, then audit every job and the balance.
-	time.Sleep(100 * time.Millisecond)
-	var done, refunded int64
-	for _, id := range jobIDs {
-		j, err := e.store.GetJob(ctx, id)
-		if err != nil {
-			t.Fatalf("job %s: %v", id, err)
-		}
-		switch {
-		case j.State == store.JobDone && !j.Refunded:
-			done++
-		case j.State == store.JobFailed && j.Refunded:
-			refunded++
-		default:
-			t.Errorf("job %s: state %s refunded %v", id, j.State, j.Refunded)
-		}
-	}
-	a := e.balance()
-	if want := int64(credits) - done*price; a.Credits != want || a.TotalSpent != done*price {
-		t.Errorf("credits %d spent %d; want %d and %d (done %d, refunded %d)", a.Credits, a.TotalSpent, want, done*price, done, refunded)
-	}
-	if int(done) != completed || int(refunded) != failedWithEvent {
-		t.Errorf("store says %d done %d refunded; clients saw %d completed %d failed", done, refunded, completed, failedWithEvent)
-	}
-}
-
-// killBusyWorker drops the relay connection of every busy worker, as a
-// network failure or a crash would.
-func (e *env) killBusyWorker() {
-	ws, err := e.store.Workers(context.Background())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, w := range ws {
-		if w.State == store.WorkerBusy {
-			if err := e.stack.Conns.Delete(context.Background(), w.Conn); err != nil {
-				e.t.Errorf("kill %s: %v", w.Conn, err)
-			}
-		}
 	}
 }

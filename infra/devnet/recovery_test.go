@@ -9,6 +9,7 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 )
 
 // TestLostDispatchIsRecovered: dispatch events come from stateless
@@ -26,10 +27,14 @@ func TestLostDispatchIsRecovered(t *testing.T) {
 			limits := api.DefaultLimits()
 			limits.QueueWait = 4 * time.Second // well past the 500 ms recheck
 			e := newEnv(t, envOptions{credits: 100, limits: &limits})
-			e.ollamaWorker()
+			g := newGate(t, sharedOllama(t).URL())
+			e.startWorker(ollama.New(g.URL()), map[string]string{tinyModel: tinyModel})
+			e.waitWorkers(tinyModel, 1)
 			ctx := context.Background()
 
-			// Job A keeps the only worker busy.
+			// Job A keeps the only worker busy: its reply is held after the
+			// first token until the test ends, so it cannot finish first.
+			g.arm(holdAfterFirstToken)
 			a := e.client.Chat.Completions.NewStreaming(ctx, chatParams("hello", 200))
 			defer a.Close()
 			if !a.Next() {
