@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
@@ -176,10 +177,13 @@ func TestRunServesAndStopsOnSIGTERM(t *testing.T) {
 		}
 		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 	}
-	rl := relay.New(relay.HandlerFunc(h))
+	creds := aws.Credentials{AccessKeyID: "AKIAWORKERDTEST00002", SecretAccessKey: "workerd-main-test"}
+	rl := relay.New(relay.HandlerFunc(h), relay.WithCredentials(creds.AccessKeyID, creds.SecretAccessKey))
 	srv := httptest.NewServer(rl)
 	defer srv.Close()
 	defer rl.Close()
+	mgmt := httptest.NewServer(rl.Management())
+	defer mgmt.Close()
 
 	done := make(chan error, 1)
 	go func() {
@@ -214,6 +218,7 @@ func TestRunServesAndStopsOnSIGTERM(t *testing.T) {
 
 	var job relaymsg.Job
 	if err := json.Unmarshal([]byte(`{"job":"j1","reply_to":"l1","model":"tiny","deadline":"2999-01-01T00:00:00Z",
+		"ticket":"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk",
 		"request":{"model":"tiny","messages":[{"role":"user","content":"hello"}],"stream":true}}`), &job); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +229,7 @@ func TestRunServesAndStopsOnSIGTERM(t *testing.T) {
 	mu.Lock()
 	c := conn
 	mu.Unlock()
-	if err := connections.NewLocal(srv.URL).Post(context.Background(), c, b); err != nil {
+	if err := connections.NewLocal(mgmt.URL, creds).Post(context.Background(), c, b); err != nil {
 		t.Fatal(err)
 	}
 	end := find("done", func(m any) bool {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
 )
@@ -28,13 +29,17 @@ type Client struct{ api API }
 // New wraps a management API client.
 func New(api API) *Client { return &Client{api: api} }
 
-// NewLocal builds a client for the local relay at baseURL (http://host:port).
-// The local relay checks no signature, so requests go unsigned.
-func NewLocal(baseURL string) *Client {
+// NewLocal builds a client for the local relay's management API at baseURL
+// (http://host:port, the listener of relay.Management). Requests are
+// SigV4-signed with creds, as the SDK signs them for API Gateway in AWS;
+// the local relay verifies the signature against the credentials it was
+// configured with and refuses anything else with ForbiddenException.
+func NewLocal(baseURL string, creds aws.Credentials) *Client {
 	return New(apigatewaymanagementapi.New(apigatewaymanagementapi.Options{
 		BaseEndpoint: aws.String(baseURL),
-		Region:       "local",
-		Credentials:  aws.AnonymousCredentials{},
+		// Any region: the relay takes it from the signature's scope.
+		Region:      "local",
+		Credentials: credentials.StaticCredentialsProvider{Value: creds},
 		// A post is retried by our own protocol logic (requeue, refund);
 		// the SDK's retries would only delay the Gone that drives it.
 		RetryMaxAttempts: 1,

@@ -61,10 +61,15 @@ func run() error {
 	home := env("C0MPUTE_HOME", ".c0mpute")
 	apiAddr := env("C0MPUTE_API_ADDR", "127.0.0.1:8080")
 	relayAddr := env("C0MPUTE_RELAY_ADDR", "127.0.0.1:8081")
+	mgmtAddr := env(envManagementAddr, devnet.DefaultManagementAddr)
 	ollamaURL := config.OllamaURL(os.Getenv("OLLAMA_HOST"))
 	credits, err := strconv.ParseInt(env("C0MPUTE_DEV_CREDITS", "100000"), 10, 64)
 	if err != nil || credits < 0 {
 		return fmt.Errorf("C0MPUTE_DEV_CREDITS must be a non-negative integer of credits (1 credit = $0.01)")
+	}
+	limits, err := limitsFromEnv(os.Getenv)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
@@ -82,8 +87,8 @@ func run() error {
 
 	ollamaModels, ollamaErr := listOllama(ctx, ollamaURL)
 	models := catalog.Default()
-	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, Models: models,
-		Limits: api.DefaultLimits(), BatchWindow: devnet.DevBatchWindow, Log: log})
+	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, ManagementAddr: mgmtAddr,
+		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log})
 	if err != nil {
 		return err
 	}
@@ -99,8 +104,8 @@ func run() error {
 	if err := os.WriteFile(envFile, []byte(lines), 0o600); err != nil {
 		return err
 	}
-	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s\n  store   %s\n\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
-		stack.APIURL, stack.RelayURL, where, lines, envFile)
+	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s (workers)\n          %s (@connections; SigV4 with this run's own key only)\n  store   %s\n\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
+		stack.APIURL, stack.RelayURL, stack.ManagementURL, where, lines, envFile)
 	// Workers: one in front of Ollama (it connects as soon as Ollama is
 	// up), and one on the built-in engine when a GGUF file is named, or,
 	// with no Ollama reachable, on a generated demo model, so that the
@@ -158,6 +163,35 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// Variables of the dev runner read here.
+const (
+	envManagementAddr = "C0MPUTE_RELAY_MANAGEMENT_ADDR"
+	envRate           = "C0MPUTE_RATE_PER_MINUTE"
+	envAccountRate    = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
+)
+
+// limitsFromEnv is api.DefaultLimits with the rate limits the environment
+// sets: requests per minute per API key and per account (all its keys
+// together). Each, when set, must be a positive integer.
+func limitsFromEnv(getenv func(string) string) (api.Limits, error) {
+	limits := api.DefaultLimits()
+	for _, v := range []struct {
+		name string
+		dst  *int64
+	}{{envRate, &limits.RatePerMinute}, {envAccountRate, &limits.AccountRatePerMinute}} {
+		raw := getenv(v.name)
+		if raw == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || n <= 0 {
+			return api.Limits{}, fmt.Errorf("%s=%q: want a positive integer of requests per minute", v.name, raw)
+		}
+		*v.dst = n
+	}
+	return limits, nil
 }
 
 // openStore opens the store C0MPUTE_STORE names: "embedded" (the default,

@@ -3,8 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/infra/testmodel"
 )
@@ -67,5 +69,45 @@ func TestBuiltinModel(t *testing.T) {
 	t.Setenv(envDevGGUF, filepath.Join(t.TempDir(), "missing.gguf"))
 	if _, err := builtinModel(newCatalog(t), home, false); err == nil {
 		t.Error("a missing file was accepted")
+	}
+}
+
+func TestLimitsFromEnv(t *testing.T) {
+	def := api.DefaultLimits()
+	tests := []struct {
+		name         string
+		env          map[string]string
+		rate, acct   int64
+		wantErrNamed string
+	}{
+		{"defaults", nil, def.RatePerMinute, def.AccountRatePerMinute, ""},
+		{"key rate", map[string]string{envRate: "600"}, 600, def.AccountRatePerMinute, ""},
+		{"both", map[string]string{envRate: "600", envAccountRate: "1200"}, 600, 1200, ""},
+		{"zero", map[string]string{envRate: "0"}, 0, 0, envRate},
+		{"negative", map[string]string{envAccountRate: "-5"}, 0, 0, envAccountRate},
+		{"not a number", map[string]string{envRate: "lots"}, 0, 0, envRate},
+		{"fraction", map[string]string{envAccountRate: "1.5"}, 0, 0, envAccountRate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := limitsFromEnv(func(k string) string { return tt.env[k] })
+			if tt.wantErrNamed != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErrNamed) {
+					t.Fatalf("error %v, want one naming %s", err, tt.wantErrNamed)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.RatePerMinute != tt.rate || got.AccountRatePerMinute != tt.acct {
+				t.Fatalf("rates %d/%d, want %d/%d", got.RatePerMinute, got.AccountRatePerMinute, tt.rate, tt.acct)
+			}
+			want := def
+			want.RatePerMinute, want.AccountRatePerMinute = tt.rate, tt.acct
+			if got != want {
+				t.Fatalf("other limits changed: %+v", got)
+			}
+		})
 	}
 }

@@ -2,6 +2,13 @@
 // embedded store, the local API Gateway-compatible relay with the relay
 // function behind it, the API listener and the OpenAI-compatible API. The
 // same handlers run in AWS; only the wiring differs.
+//
+// Three HTTP servers listen: the API, the relay's worker-facing WebSocket
+// endpoint and the relay's @connections management API. The last is bound
+// to loopback and takes only calls signed with credentials made afresh for
+// each Stack, which only the stack's own posters hold, so nothing that can
+// reach the worker port can post to, read or drop a connection. Every
+// server bounds how long a client may take (Timeouts).
 package devnet
 
 import (
@@ -13,7 +20,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
@@ -21,6 +31,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/listener"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/relayroutes"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/infra/relay"
@@ -34,9 +45,16 @@ type Config struct {
 	// APIAddr and RelayAddr are listen addresses; ":0" picks a port.
 	APIAddr   string
 	RelayAddr string
-	Models    []catalog.Model
-	Limits    api.Limits
-	Log       *slog.Logger
+	// ManagementAddr is the relay management API's listen address
+	// (default DefaultManagementAddr). Keep it on loopback: although
+	// every call must be signed, nothing off the machine needs it.
+	ManagementAddr string
+	// Timeouts bound the servers' patience with clients; zero fields
+	// take the defaults.
+	Timeouts Timeouts
+	Models   []catalog.Model
+	Limits   api.Limits
+	Log      *slog.Logger
 	// BatchWindow is the workers' chunk batching window: a delta goes at
 	// once unless the job's last chunk left less than a window ago. 0
 	// sends every delta on its own. DevBatchWindow suits one machine; in
@@ -44,6 +62,88 @@ type Config struct {
 	BatchWindow time.Duration
 	// RelayOptions tune the relay (tests shorten its timeouts).
 	RelayOptions []relay.Option
+}
+
+// DefaultManagementAddr is where the management API listens by default: a
+// free loopback port.
+const DefaultManagementAddr = "127.0.0.1:0"
+
+// Timeouts bound how long the stack's HTTP servers wait on a client, so
+// that a client sending headers or a body a byte at a time, or holding an
+// idle keep-alive connection, cannot hold a connection (and its goroutine)
+// for ever. A zero field takes the default for each server; a non-zero
+// field applies to every server it concerns. Tests shorten them.
+type Timeouts struct {
+	// ReadHeader bounds reading a request's headers (every server).
+	ReadHeader time.Duration
+	// Read bounds reading a whole request, body included (every server;
+	// for the relay's WebSocket endpoint, the upgrade request).
+	Read time.Duration
+	// Write bounds writing an API response (the API only). WebSockets
+	// and management calls bound their writes themselves.
+	Write time.Duration
+	// Idle bounds how long a keep-alive connection may wait for its
+	// next request (every server).
+	Idle time.Duration
+}
+
+// Default server timeouts. None is an AWS figure: API Gateway and
+// Function URLs enforce their own; these are local choices.
+const (
+	// DefaultReadHeaderTimeout gives a client 10 s to send its headers:
+	// far more than any real client on a working link needs, short enough
+	// that headers sent a byte at a time hold a connection only briefly.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultAPIReadTimeout bounds a whole API request: the largest body
+	// the API accepts (oaiwire.MaxBody, 8 MiB) arrives within a minute at
+	// 150 KB/s. The chat handler lifts its own read deadline once it has
+	// the body, because the server would otherwise cancel a stream's
+	// context when its background read hits this deadline.
+	DefaultAPIReadTimeout = time.Minute
+	// DefaultRelayReadTimeout bounds a relay request: a WebSocket upgrade
+	// (no body) or a management call (at most relay.MaxMessage). The
+	// relay clears it on the hijacked connection of a WebSocket, which
+	// lives up to relay.MaxDuration under the relay's own timers.
+	DefaultRelayReadTimeout = 30 * time.Second
+	// DefaultIdleTimeout closes keep-alive connections idle for 2
+	// minutes: clients reuse a connection within seconds when they reuse
+	// it at all.
+	DefaultIdleTimeout = 2 * time.Minute
+	// writeAfterJob is how much longer than the job deadline an API
+	// response may take to write: a stream lasts up to the job deadline,
+	// then its last events and the accounting's error, if any, go out.
+	writeAfterJob = time.Minute
+	// maxHeaderBytes caps request headers at 64 KiB (net/http's default
+	// is 1 MiB): an API key, a worker token and the usual headers take a
+	// few hundred bytes.
+	maxHeaderBytes = 64 << 10
+)
+
+// or returns d, or def when d is zero.
+func or(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// apiServer is the API's http.Server.
+func (t Timeouts) apiServer(h http.Handler, job time.Duration) *http.Server {
+	return &http.Server{Handler: h, MaxHeaderBytes: maxHeaderBytes,
+		ReadHeaderTimeout: or(t.ReadHeader, DefaultReadHeaderTimeout),
+		ReadTimeout:       or(t.Read, DefaultAPIReadTimeout),
+		WriteTimeout:      or(t.Write, job+writeAfterJob),
+		IdleTimeout:       or(t.Idle, DefaultIdleTimeout)}
+}
+
+// relayServer is the http.Server of the relay's WebSocket endpoint or of
+// its management API. No WriteTimeout: WebSockets and management calls
+// bound their writes themselves (relay.WithWriteTimeout).
+func (t Timeouts) relayServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, MaxHeaderBytes: maxHeaderBytes,
+		ReadHeaderTimeout: or(t.ReadHeader, DefaultReadHeaderTimeout),
+		ReadTimeout:       or(t.Read, DefaultRelayReadTimeout),
+		IdleTimeout:       or(t.Idle, DefaultIdleTimeout)}
 }
 
 // DevBatchWindow is the batching window of the local network: tokens
@@ -56,14 +156,18 @@ type Stack struct {
 	Store   store.Store
 	Catalog *catalog.Catalog
 	// APIURL is the OpenAI base URL (…/v1); RelayURL the workers'
-	// WebSocket URL.
-	APIURL   string
-	RelayURL string
+	// WebSocket URL; ManagementURL the relay's @connections API
+	// (http://127.0.0.1:port), which takes only calls signed with the
+	// stack's own credentials (those of Conns).
+	APIURL        string
+	RelayURL      string
+	ManagementURL string
 	// Conns reaches relay connections (tests use it to drop workers).
 	Conns *connections.Client
 
 	relay     *relay.Relay
 	relaySrv  *http.Server
+	mgmtSrv   *http.Server
 	apiSrv    *http.Server
 	listener  *listener.Listener
 	serveErrs chan error
@@ -76,25 +180,51 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	relayLn, err := net.Listen("tcp", cfg.RelayAddr)
-	if err != nil {
-		return nil, fmt.Errorf("devnet: relay listen: %w", err)
+	mgmtAddr := cfg.ManagementAddr
+	if mgmtAddr == "" {
+		mgmtAddr = DefaultManagementAddr
 	}
-	apiLn, err := net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		relayLn.Close()
-		return nil, fmt.Errorf("devnet: api listen: %w", err)
+	var lns []net.Listener
+	listen := func(what, addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("devnet: %s listen on %s: %w", what, addr, err)
+		}
+		lns = append(lns, ln)
+		return ln, nil
 	}
-	s := &Stack{Store: cfg.Store, Catalog: cat, serveErrs: make(chan error, 2),
-		RelayURL: "ws://" + relayLn.Addr().String(), APIURL: "http://" + apiLn.Addr().String() + "/v1"}
-	s.Conns = connections.NewLocal("http://" + relayLn.Addr().String())
+	relayLn, err := listen("relay", cfg.RelayAddr)
+	if err != nil {
+		return nil, err
+	}
+	mgmtLn, err := listen("relay management", mgmtAddr)
+	if err != nil {
+		return nil, err
+	}
+	apiLn, err := listen("api", cfg.APIAddr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{Store: cfg.Store, Catalog: cat, serveErrs: make(chan error, 3),
+		RelayURL: "ws://" + relayLn.Addr().String(), APIURL: "http://" + apiLn.Addr().String() + "/v1",
+		ManagementURL: "http://" + mgmtLn.Addr().String()}
+	creds := newCredentials()
+	s.Conns = connections.NewLocal(s.ManagementURL, creds)
 	disp := dispatch.New(cfg.Store, s.Conns, log)
 	secret := randomHex(32)
 	routes := &relayroutes.Handler{Store: cfg.Store, Post: s.Conns, Dispatch: disp, Catalog: cat,
 		ListenerSecret: secret, BatchWindow: cfg.BatchWindow, Log: log.With("component", "relay-function")}
-	s.relay = relay.New(routes, append([]relay.Option{relay.WithLogger(log.With("component", "relay"))}, cfg.RelayOptions...)...)
-	s.relaySrv = &http.Server{Handler: s.relay, ReadHeaderTimeout: 10 * time.Second}
+	// The stack's credentials go after the caller's options, which cannot
+	// replace them: only s.Conns holds them.
+	opts := append([]relay.Option{relay.WithLogger(log.With("component", "relay"))}, cfg.RelayOptions...)
+	s.relay = relay.New(routes, append(opts, relay.WithCredentials(creds.AccessKeyID, creds.SecretAccessKey))...)
+	s.relaySrv = cfg.Timeouts.relayServer(s.relay)
+	s.mgmtSrv = cfg.Timeouts.relayServer(s.relay.Management())
 	go func() { s.serveErrs <- serve(s.relaySrv, relayLn) }()
+	go func() { s.serveErrs <- serve(s.mgmtSrv, mgmtLn) }()
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -106,15 +236,22 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: s.Conns, Relay: s.listener,
-		Catalog: cat, Limits: cfg.Limits, Log: log.With("component", "api")})
+		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), Limits: cfg.Limits, Log: log.With("component", "api")})
 	if err != nil {
 		apiLn.Close()
 		return nil, err
 	}
-	// No WriteTimeout: streams last as long as the job deadline allows.
-	s.apiSrv = &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.apiSrv = cfg.Timeouts.apiServer(a, cfg.Limits.Job)
 	go func() { s.serveErrs <- serve(s.apiSrv, apiLn) }()
 	return s, nil
+}
+
+// newCredentials makes the management API's credentials for one stack, in
+// the shape of an AWS access key (AKIA and 16 characters; a 40-character
+// secret).
+func newCredentials() aws.Credentials {
+	return aws.Credentials{AccessKeyID: "AKIA" + strings.ToUpper(randomHex(8)), SecretAccessKey: randomHex(20),
+		Source: "devnet"}
 }
 
 func serve(srv *http.Server, ln net.Listener) error {
@@ -131,7 +268,7 @@ func (s *Stack) Listener() *listener.Listener { return s.listener }
 func (s *Stack) Errors() <-chan error { return s.serveErrs }
 
 // Close stops the API (letting requests finish for a few seconds), the
-// listener and the relay.
+// listener, the relay and its management API.
 func (s *Stack) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -142,7 +279,7 @@ func (s *Stack) Close() error {
 	if s.listener != nil {
 		errs = append(errs, s.listener.Close())
 	}
-	errs = append(errs, s.relay.Close(), s.relaySrv.Shutdown(ctx))
+	errs = append(errs, s.relay.Close(), s.relaySrv.Shutdown(ctx), s.mgmtSrv.Shutdown(ctx))
 	return errors.Join(errs...)
 }
 

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,32 +70,23 @@ func newGateway(t testing.TB) *gateway {
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gateway{rie: rie, store: dynamo.New(db, table), secret: secret, relayURL: "ws://" + ln.Addr().String()}
+	lr := listenRelay(t)
+	g := &gateway{rie: rie, store: dynamo.New(db, table), secret: secret, relayURL: lr.wsURL}
 	g.env = map[string]string{
 		lambdaenv.EnvTable: table, lambdaenv.EnvDynamoEndpoint: dynamotest.Endpoint(t),
-		lambdaenv.EnvConnectionsURL: "http://" + ln.Addr().String(), lambdaenv.EnvListenerFile: secretFile,
+		lambdaenv.EnvConnectionsURL: lr.mgmtURL, lambdaenv.EnvListenerFile: secretFile,
 		lambdaenv.EnvLogLevel: "debug",
 		// What Lambda gives every function: a region and the role's
-		// credentials (DynamoDB Local and the local relay accept any).
-		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "c0mputelocal", "AWS_SECRET_ACCESS_KEY": "c0mputelocal",
+		// credentials. DynamoDB Local accepts any; the local relay's
+		// management API only these, with the signature verified, as
+		// API Gateway only the role's.
+		"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": lr.creds.AccessKeyID, "AWS_SECRET_ACCESS_KEY": lr.creds.SecretAccessKey,
 	}
 	relayEnv := clone(g.env)
 	relayEnv[lambdaenv.EnvBatchWindowMS] = "5"
 	relayEnv["AWS_LAMBDA_FUNCTION_NAME"] = "c0mpute-relay"
 	g.relay = Start(t, rie, Bootstrap(t, "relay"), relayEnv)
-	rel := relay.New(RelayFunction(g.relay), relay.WithLogger(testLog(t).With("component", "relay")))
-	srv := &http.Server{Handler: rel, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = rel.Close()
-		_ = srv.Shutdown(ctx)
-	})
+	lr.serve(t, RelayFunction(g.relay), relay.WithLogger(testLog(t).With("component", "relay")))
 	return g
 }
 

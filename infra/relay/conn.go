@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -152,7 +154,7 @@ func (r *Relay) serveWebSocket(w http.ResponseWriter, req *http.Request) {
 	if p := responseHeader(resp, "Sec-WebSocket-Protocol"); p != "" {
 		opts.Subprotocols = []string{p}
 	}
-	ws, err := websocket.Accept(w, req, opts)
+	ws, err := websocket.Accept(clearDeadlines{w}, req, opts)
 	if err != nil {
 		// $connect succeeded, so the connection existed for the handler:
 		// it gets its $disconnect.
@@ -184,6 +186,31 @@ func (r *Relay) serveWebSocket(w http.ResponseWriter, req *http.Request) {
 	_ = ws.CloseNow() // no-op after a close handshake; frees the socket otherwise
 	r.disconnect(c)
 }
+
+// clearDeadlines hands websocket.Accept a hijacked connection without the
+// http.Server's deadlines. The server sets them for the upgrade request
+// (ReadTimeout, WriteTimeout) and http.Hijacker says they may survive the
+// hijack; coder/websocket does not clear them (v1.8.15: accept.go hijacks
+// and wraps the conn as is). Left in place they would end every WebSocket
+// ReadTimeout after its upgrade, where a connection lives up to
+// MaxDuration; the relay's own timers bound it instead.
+type clearDeadlines struct{ http.ResponseWriter }
+
+// Hijack hijacks the underlying connection and clears its deadlines.
+func (w clearDeadlines) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		_ = c.Close()
+		return nil, nil, fmt.Errorf("relay: clear the deadlines of a hijacked connection: %w", err)
+	}
+	return c, brw, nil
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w clearDeadlines) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // readLoop turns messages into $default events, one at a time, until the
 // connection ends; then it records why, unless someone already did.
@@ -359,7 +386,7 @@ func frameType(b []byte) websocket.MessageType {
 // 0 for a valid request.
 func checkUpgrade(req *http.Request) (int, string) {
 	if !headerHasToken(req.Header, "Connection", "upgrade") || !headerHasToken(req.Header, "Upgrade", "websocket") {
-		return http.StatusUpgradeRequired, "this endpoint takes WebSocket upgrades and @connections calls"
+		return http.StatusUpgradeRequired, "this endpoint takes WebSocket upgrades only"
 	}
 	if req.Method != http.MethodGet {
 		return http.StatusMethodNotAllowed, "a WebSocket handshake must be a GET"

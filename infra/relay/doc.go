@@ -1,13 +1,21 @@
-// Package relay is the local stand-in for an API Gateway WebSocket API: one
-// HTTP handler that accepts WebSocket connections, invokes a relay function
-// with the same events API Gateway's Lambda proxy integration sends, and
-// serves the @connections management API that the aws-sdk-go-v2
-// apigatewaymanagementapi client talks to. The relay function and the code
-// that posts to connections run unchanged here and in AWS.
+// Package relay is the local stand-in for an API Gateway WebSocket API: an
+// HTTP handler that accepts WebSocket connections and invokes a relay
+// function with the same events API Gateway's Lambda proxy integration
+// sends, and a second handler, Management, that serves the @connections
+// management API the aws-sdk-go-v2 apigatewaymanagementapi client talks to.
+// The relay function and the code that posts to connections run unchanged
+// here and in AWS.
 //
 // # Contract
 //
-// One port serves both sides:
+// The Relay itself (ServeHTTP) is the worker-facing endpoint. It serves
+// WebSocket upgrades only; a request for an @connections path, well formed
+// or not, signed or not, is answered 403 ForbiddenException
+// {"message":"Forbidden"}, as API Gateway answers a route it does not
+// have, and reaches no connection. Management is served on a listener of
+// its own (the dev stack binds it to 127.0.0.1).
+//
+// On the worker-facing endpoint:
 //
 //   - A WebSocket upgrade on any path (workers dial ws://host:port/) gets a
 //     fresh connection id (16 characters, API-Gateway-like, e.g.
@@ -32,16 +40,19 @@
 //     DisconnectStatusCode and DisconnectReason). The connection id is gone
 //     before that event is sent: management calls on it answer 410
 //     GoneException.
-//   - POST/GET/DELETE [/{stage}]/@connections/{connectionId} are
-//     PostToConnection (the body is the message, sent as a text frame; a
-//     body that is not UTF-8 goes as a binary frame to keep the stream valid),
-//     GetConnection (connectedAt, identity.sourceIp, identity.userAgent,
-//     lastActiveAt as ISO 8601) and DeleteConnection (204, then the
-//     connection closes and $disconnect fires). Errors carry the
-//     X-Amzn-ErrorType header and a {"message":…} body, so the SDK returns
-//     *types.GoneException (410), *types.PayloadTooLargeException (413) or
-//     *types.ForbiddenException (403). The optional stage prefix lets a
-//     handler build the endpoint as in AWS, from DomainName and Stage.
+//
+// On the management handler, every call is first authenticated as IAM
+// authenticates API Gateway's callers (see Security); then
+// POST/GET/DELETE [/{stage}]/@connections/{connectionId} are
+// PostToConnection (the body is the message, sent as a text frame; a body
+// that is not UTF-8 goes as a binary frame to keep the stream valid),
+// GetConnection (connectedAt, identity.sourceIp, identity.userAgent,
+// lastActiveAt as ISO 8601) and DeleteConnection (204, then the connection
+// closes and $disconnect fires). Errors carry the X-Amzn-ErrorType header
+// and a {"message":…} body, so the SDK returns *types.GoneException (410),
+// *types.PayloadTooLargeException (413) or *types.ForbiddenException
+// (403). The optional stage prefix lets a handler build the endpoint as in
+// AWS, from the API's domain and stage.
 //
 // # Limits
 //
@@ -54,16 +65,47 @@
 //
 // # Security
 //
-// By default management requests are accepted signed or unsigned. With
-// WithAccessKeyID they must carry a SigV4 Authorization header with that
-// access key id, as AWS requires a signature; the signature itself is never
-// verified. The local relay is meant to listen on loopback only, where every
-// local process is trusted as much as the developer's own AWS profile.
+// The management API can post any message to any connection, read its
+// address and end it, so it takes only what API Gateway takes from an
+// IAM-authorised caller: a call signed with AWS Signature Version 4 by the
+// one access key configured with WithCredentials. A call is refused with
+// 403 ForbiddenException, and changes nothing, when it is unsigned
+// ("Missing Authentication Token"), signed with another access key id or
+// carries a session token ("The security token included in the request is
+// invalid."), has an X-Amz-Date more than SignatureSkew (5 minutes, AWS's
+// limit) from the relay's clock ("Signature expired: …" or "Signature not
+// yet current: …"), a credential scope of another day or service than
+// execute-api, or a signature that does not match ("The request signature
+// we calculated does not match the signature you provided. …"). The
+// signature is verified by recomputing it with aws-sdk-go-v2's own signer
+// over a rebuilt request: the method, path (as escaped on the wire) and
+// query received, only the headers named in SignedHeaders, Host, the
+// Content-Length if signed, and the SHA-256 of the body read (at most
+// MaxMessage), signed with the configured secret at the call's X-Amz-Date
+// in the region and service of its credential scope, and compared with
+// hmac.Equal. Any region is accepted, as the relay belongs to none. A body
+// over MaxMessage cannot be verified without reading it all: once the key
+// id and date have passed, it is answered 413 PayloadTooLargeException and
+// changes nothing either. A relay without credentials refuses every
+// management call: it fails closed.
+//
+// The management handler is meant for a loopback listener; only processes
+// that hold the credentials (the dev stack makes fresh ones each run and
+// gives them only to its own posters) can use it. The worker-facing
+// endpoint needs no credentials, so the http.Server serving it should bound
+// slow clients (ReadHeaderTimeout, ReadTimeout, IdleTimeout): the relay
+// clears the deadlines those set on a connection it hijacks for a
+// WebSocket, which then lives under the relay's own idle and duration
+// limits.
 //
 // # Differences from AWS
 //
 // No authorizers, API keys, route selection expressions or stage variables:
-// every message goes to $default. Header names reach the handler in Go's
+// every message goes to $default. The management API has its own listener
+// (in AWS it shares the API's domain) and answers every authentication
+// failure as ForbiddenException, the one 403 the management API's SDK
+// models (AWS's codes for some, such as InvalidSignatureException, differ;
+// the messages are AWS's). Header names reach the handler in Go's
 // canonical form (AWS keeps the client's spelling), so handlers must look
 // headers up case-insensitively, which they must in AWS anyway. Pings are
 // answered but, as above, do not keep a connection alive.

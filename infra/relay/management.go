@@ -2,7 +2,6 @@ package relay
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -70,10 +69,31 @@ type identityInfo struct {
 // iso8601 is the timestamp format of GetConnection, UTC with milliseconds.
 const iso8601 = "2006-01-02T15:04:05.000Z"
 
-func (r *Relay) serveManagement(w http.ResponseWriter, req *http.Request, id string) {
+// isManagementPath reports whether any segment of p is "@connections":
+// the worker-facing endpoint refuses every such path, well-formed or not.
+func isManagementPath(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "@connections" {
+			return true
+		}
+	}
+	return false
+}
+
+// serveManagement is the management API: authentication first, as IAM
+// runs before API Gateway looks at the route, then the call.
+func (r *Relay) serveManagement(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("X-Amzn-RequestId", newID())
-	if code, msg := r.authorize(req); code != 0 {
-		writeError(w, code, errForbidden, msg)
+	body, ref := r.authenticate(req)
+	if ref != nil {
+		r.log.Debug("relay: management call refused", "method", req.Method, "path", req.URL.Path,
+			"status", ref.status, "reason", ref.msg)
+		writeError(w, ref.status, ref.code, ref.msg)
+		return
+	}
+	id, ok := parseConnectionPath(req.URL.Path)
+	if !ok {
+		writeError(w, http.StatusForbidden, errForbidden, "Forbidden")
 		return
 	}
 	switch req.Method {
@@ -88,14 +108,14 @@ func (r *Relay) serveManagement(w http.ResponseWriter, req *http.Request, id str
 		return
 	}
 	c := r.lookup(id)
+	if c == nil {
+		writeGone(w)
+		return
+	}
 	switch req.Method {
 	case http.MethodPost:
-		r.post(w, req, c)
+		r.post(w, c, body)
 	case http.MethodGet:
-		if c == nil {
-			writeGone(w)
-			return
-		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(connectionInfo{
 			ConnectedAt:  c.connectedAt.UTC().Format(iso8601),
@@ -103,30 +123,14 @@ func (r *Relay) serveManagement(w http.ResponseWriter, req *http.Request, id str
 			LastActiveAt: time.Unix(0, c.lastActive.Load()).UTC().Format(iso8601),
 		})
 	case http.MethodDelete:
-		if c == nil {
-			writeGone(w)
-			return
-		}
 		c.shut(closeCause{code: websocket.StatusNormalClosure, reason: "Connection deleted"})
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
 
-// post is PostToConnection: the body, verbatim, as one message.
-func (r *Relay) post(w http.ResponseWriter, req *http.Request, c *conn) {
-	data, err := io.ReadAll(io.LimitReader(req.Body, int64(r.maxMessage)+1))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, errBadRequest, "could not read the request body")
-		return
-	}
-	if len(data) > r.maxMessage {
-		writeError(w, http.StatusRequestEntityTooLarge, errPayloadTooLarge, "Request entity too large")
-		return
-	}
-	if c == nil {
-		writeGone(w)
-		return
-	}
+// post is PostToConnection: the body, verbatim, as one message. authenticate
+// has read it and checked its size.
+func (r *Relay) post(w http.ResponseWriter, c *conn, data []byte) {
 	if err := c.write(frameType(data), data); err != nil {
 		// A failed or timed-out write leaves the socket closed; make sure
 		// the connection ends (and $disconnect fires) now.
@@ -136,31 +140,6 @@ func (r *Relay) post(w http.ResponseWriter, req *http.Request, c *conn) {
 		return
 	}
 	w.WriteHeader(http.StatusOK)
-}
-
-// authorize accepts every request unless an access key id is configured;
-// then it takes only SigV4-signed requests (the signature is not checked)
-// made with that key. The default admits unsigned requests because clients
-// of the local relay may use aws.AnonymousCredentials.
-func (r *Relay) authorize(req *http.Request) (int, string) {
-	if r.accessKeyID == "" {
-		return 0, ""
-	}
-	rest, ok := strings.CutPrefix(req.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ")
-	if !ok {
-		return http.StatusForbidden, "Missing Authentication Token"
-	}
-	for part := range strings.SplitSeq(rest, ",") {
-		cred, ok := strings.CutPrefix(strings.TrimSpace(part), "Credential=")
-		if !ok {
-			continue
-		}
-		if akid, _, _ := strings.Cut(cred, "/"); akid == r.accessKeyID {
-			return 0, ""
-		}
-		break
-	}
-	return http.StatusForbidden, "The security token included in the request is invalid."
 }
 
 func writeGone(w http.ResponseWriter) {

@@ -122,14 +122,32 @@ func WithDomainName(s string) Option { return func(r *Relay) { r.domainName = s 
 // WithAPIID sets RequestContext.APIID (default "local").
 func WithAPIID(s string) Option { return func(r *Relay) { r.apiID = s } }
 
-// WithAccessKeyID makes management calls that are unsigned or signed with
-// any other access key id fail with 403 ForbiddenException, as AWS refuses
-// them. The signature itself is not verified. Without this option every
-// management call is accepted, signed or not (aws.AnonymousCredentials).
-func WithAccessKeyID(id string) Option { return func(r *Relay) { r.accessKeyID = id } }
+// WithCredentials sets the one AWS access key the management API accepts:
+// every management call must carry a SigV4 signature made with this key id
+// and secret, as API Gateway requires of IAM-authorised callers. Without
+// it (or with an empty id or secret) the management API refuses every
+// call: it fails closed.
+func WithCredentials(accessKeyID, secretAccessKey string) Option {
+	return func(r *Relay) {
+		r.accessKeyID, r.secretAccessKey = accessKeyID, secretAccessKey
+	}
+}
 
-// Relay is a local API Gateway WebSocket API. Serve it with an http.Server
-// on a loopback address; call Close to end every connection.
+// WithClock sets the clock that a management call's X-Amz-Date is checked
+// against (default time.Now). The connection timers (idle, duration, write)
+// run on real time regardless.
+func WithClock(now func() time.Time) Option {
+	return func(r *Relay) {
+		if now != nil {
+			r.now = now
+		}
+	}
+}
+
+// Relay is a local API Gateway WebSocket API. Serve the relay itself (the
+// worker-facing WebSocket endpoint) and Management (the @connections API)
+// with two http.Servers, the second on a loopback address; call Close to
+// end every connection.
 type Relay struct {
 	h            Handler
 	log          *slog.Logger
@@ -140,7 +158,11 @@ type Relay struct {
 	stage        string
 	domainName   string
 	apiID        string
-	accessKeyID  string
+	// accessKeyID and secretAccessKey are the management API's one
+	// credential; empty, it refuses every call.
+	accessKeyID     string
+	secretAccessKey string
+	now             func() time.Time
 
 	mu      sync.Mutex
 	conns   map[string]*conn    // open connections: management calls reach these
@@ -160,6 +182,7 @@ func New(h Handler, opts ...Option) *Relay {
 		writeTimeout: DefaultWriteTimeout,
 		stage:        "local",
 		apiID:        "local",
+		now:          time.Now,
 		conns:        make(map[string]*conn),
 		pending:      make(map[string]struct{}),
 	}
@@ -169,18 +192,33 @@ func New(h Handler, opts ...Option) *Relay {
 	return r
 }
 
-// ServeHTTP serves WebSocket upgrades on any path and the management API
-// on [/{stage}]/@connections/{connectionId}.
+// ServeHTTP serves the worker-facing endpoint: WebSocket upgrades on any
+// path. A request for the management API ([/{stage}]/@connections/…) is
+// refused with 403 ForbiddenException, as API Gateway answers a route it
+// does not have, and never reaches a connection: that API is served only
+// by Management, on a listener of its own.
 func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if id, ok := parseConnectionPath(req.URL.Path); ok {
-		r.serveManagement(w, req, id)
+	if isManagementPath(req.URL.Path) {
+		w.Header().Set("X-Amzn-RequestId", newID())
+		writeError(w, http.StatusForbidden, errForbidden, "Forbidden")
 		return
 	}
 	r.serveWebSocket(w, req)
 }
 
-// Handler returns r as an http.Handler.
+// Handler returns r as an http.Handler: the worker-facing endpoint.
 func (r *Relay) Handler() http.Handler { return r }
+
+// Management returns the @connections management API
+// (POST/GET/DELETE [/{stage}]/@connections/{connectionId}). Serve it on its
+// own listener, bound to loopback: every call must be SigV4-signed with the
+// credentials of WithCredentials, and without them every call is refused.
+func (r *Relay) Management() http.Handler {
+	if r.accessKeyID == "" || r.secretAccessKey == "" {
+		r.log.Warn("relay: no management credentials (WithCredentials): every @connections call will be refused")
+	}
+	return http.HandlerFunc(r.serveManagement)
+}
 
 // Close ends every connection with 1001 (going away), waits until each one's
 // $disconnect event has been handled, and refuses new connections with 503.

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/mr-tron/base58"
 
 	"github.com/c0mpute/c0mpute/functions/connections"
@@ -90,10 +91,13 @@ func newTestRelay(t *testing.T, opts ...relay.Option) *testRelay {
 		t.Fatal(err)
 	}
 	r := &testRelay{t: t, key: key, nonces: map[string]bool{}, batchMillis: 25}
-	rl := relay.New(relay.HandlerFunc(r.handle), opts...)
+	creds := aws.Credentials{AccessKeyID: "AKIAWORKERDTEST00001", SecretAccessKey: "workerd-agent-test"}
+	rl := relay.New(relay.HandlerFunc(r.handle), append(opts, relay.WithCredentials(creds.AccessKeyID, creds.SecretAccessKey))...)
 	srv := httptest.NewServer(rl)
+	mgmt := httptest.NewServer(rl.Management())
+	t.Cleanup(mgmt.Close)
 	r.wsURL = "ws" + strings.TrimPrefix(srv.URL, "http")
-	r.mgmt = connections.NewLocal(srv.URL)
+	r.mgmt = connections.NewLocal(mgmt.URL, creds)
 	// Cleanups run last-in first-out: the relay closes its WebSockets
 	// (hijacked, beyond srv.Close) before the server stops.
 	t.Cleanup(srv.Close)
