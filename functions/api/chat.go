@@ -323,6 +323,12 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 		for m, ok := j.box.Pop(); ok; m, ok = j.box.Pop() {
 			switch m := m.(type) {
 			case error:
+				if errors.Is(m, listener.ErrFlooded) {
+					// More text unread than any reply holds: the worker
+					// floods.
+					res, _, err := j.brokeProtocol(clientCtx, "more text than any reply")
+					return res, err
+				}
 				if errors.Is(m, listener.ErrOverflow) {
 					// More queued for this job than its client took:
 					// the reply ends here (see listener.ErrOverflow).

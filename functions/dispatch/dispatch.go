@@ -121,6 +121,14 @@ func (d *Dispatcher) Released(conn string, milliTokPerSec int64) {
 	d.idle.release(conn, milliTokPerSec)
 }
 
+// Registered drops this dispatcher's cached idle lists of the models a
+// worker just registered for: the next Assign reads them from the store and
+// finds the new worker. Other processes see it when their lists expire
+// (idleTTL).
+func (d *Dispatcher) Registered(models []string) {
+	d.idle.invalidate(models)
+}
+
 // Forget drops a worker from every cache of this dispatcher: its
 // connection is gone or was cut off, and no job may be handed to it again.
 func (d *Dispatcher) Forget(conn string) {

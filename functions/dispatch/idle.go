@@ -13,8 +13,9 @@ import (
 // the store is the truth, a worker taken meanwhile costs one lost claim, and
 // an exhausted list is always read again before a job is left queued. What
 // the TTL bounds is how long a newly registered worker, or a changed speed,
-// goes unseen by this dispatcher — and it saves the hot path a store read
-// per request.
+// goes unseen by a dispatcher in another process (the one whose relay
+// function saw the registration drops its lists at once: Registered) — and
+// it saves the hot path a store read per request.
 const idleTTL = 5 * time.Second
 
 // idleCache is this dispatcher's view of which workers are idle, per model.
@@ -102,4 +103,13 @@ func (c *idleCache) forget(conn string) {
 		l.workers = slices.DeleteFunc(l.workers, func(w store.Worker) bool { return w.Conn == conn })
 	}
 	delete(c.lent, conn)
+}
+
+// invalidate drops the cached lists of models.
+func (c *idleCache) invalidate(models []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range models {
+		delete(c.byModel, m)
+	}
 }

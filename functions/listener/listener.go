@@ -25,10 +25,16 @@ import (
 // were addressed to closed: nothing more will arrive for it.
 var ErrLost = errors.New("listener: relay connection lost")
 
-// ErrOverflow is delivered to a job's mailbox, as its last message, when
-// more arrived for the job than a mailbox holds unread; later messages are
-// dropped. The job cannot be relayed whole and must end.
+// ErrOverflow is delivered to a job's mailbox, in place of everything queued,
+// when more messages arrived for the job than a mailbox holds unread (its
+// client reads too slowly, or a worker floods small messages); later
+// messages are dropped. The job cannot be relayed whole and must end.
 var ErrOverflow = errors.New("listener: mailbox overflow")
+
+// ErrFlooded is ErrOverflow for text: more arrived unread than any reply
+// holds (mailboxBytes is twice the text of a million tokens), which only a
+// worker breaking the protocol sends.
+var ErrFlooded = fmt.Errorf("%w: more text than any reply", ErrOverflow)
 
 // A mailbox holds at most this much unread. The reader hands each message
 // to its request at once and the request writes it to its client, so an
@@ -354,8 +360,8 @@ func (l *Listener) lose(c *conn, err error) {
 
 // Mailbox receives one job's messages in arrival order, so the
 // connection's reader never waits on a slow client. It holds at most
-// mailboxMessages or mailboxBytes unread; past that it takes ErrOverflow
-// and drops the rest.
+// mailboxMessages or mailboxBytes unread; past that it drops what it holds
+// and everything after, and holds ErrOverflow instead.
 type Mailbox struct {
 	job      string
 	l        *Listener
@@ -375,8 +381,17 @@ func (b *Mailbox) put(m any, size int) {
 		b.mu.Unlock()
 		return
 	case len(b.queue) >= mailboxMessages || b.bytes+size > mailboxBytes:
+		// The job cannot be relayed whole any more: what is queued goes,
+		// and the marker is all that is left, so the request ends the job
+		// at its next look instead of after the backlog.
+		marker := ErrOverflow
+		if b.bytes+size > mailboxBytes {
+			marker = ErrFlooded
+		}
 		b.overflow = true
-		m, size = ErrOverflow, 0
+		clear(b.queue)
+		b.queue, b.sizes, b.bytes = b.queue[:0], b.sizes[:0], 0
+		m, size = marker, 0
 	}
 	b.queue = append(b.queue, m)
 	b.sizes = append(b.sizes, size)
@@ -389,7 +404,7 @@ func (b *Mailbox) put(m any, size int) {
 }
 
 // Pop returns the next message, if one is there: a *relaymsg.Assign, Lost,
-// Chunk, Done or Fail, or ErrLost or ErrOverflow as a value.
+// Chunk, Done or Fail, or ErrLost, ErrOverflow or ErrFlooded as a value.
 func (b *Mailbox) Pop() (any, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
