@@ -499,6 +499,17 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 		return outcomeDone, true, j.out.finish(m.FinishReason, usage)
 	case *relaymsg.Fail:
 		j.s.log.Warn("worker failed job", "job", j.job.ID, "worker", j.worker, "code", m.Code)
+		if !j.out.committed() {
+			// Nothing reached the client: another worker may serve it. A
+			// worker that registered a model it cannot run is cut off
+			// first, so it is not handed the job (or the next) again.
+			if m.Code == relaymsg.FailModelNotServed {
+				lost := j.worker
+				j.dropWorker(lost, true)
+			}
+			res, err := j.retry(clientCtx)
+			return res, true, err
+		}
 		j.s.settleFailure(j.job.ID, "worker_error", true)
 		return outcomeFailed, true, j.out.fail(&oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer,
 			Code: "worker_error", Message: "The worker could not complete the request (" + m.Code + "). The request was not charged."})

@@ -106,6 +106,10 @@ type Done struct {
 	Ticket string        `json:"ticket" validate:"required,len=43"`
 }
 
+// FailModelNotServed is the Fail code of a worker handed a model it does
+// not serve (any more): the gateway moves the job and cuts the worker off.
+const FailModelNotServed = "model_not_served"
+
 // Fail ends a job with an error on the worker's side.
 type Fail struct {
 	Header

@@ -6,6 +6,7 @@ package attack_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"net/http"
@@ -130,4 +131,63 @@ func TestConnectSignatureReplay(t *testing.T) {
 	relaymsg.SignConnect(probe, mallory.token, other, time.Now())
 	swapped.Set(relaymsg.HeaderPubkey, probe.Get(relaymsg.HeaderPubkey)) // a signature by one key, claimed for another
 	expectRefusedConnect("pubkey swapped", swapped)
+}
+
+// revokeOnConnect revokes a worker token right after its connection's
+// record is stored: the revoke runs while the connection is still in
+// $connect, where the relay cannot yet close it, so its disconnect misses.
+type revokeOnConnect struct {
+	store.Store
+	account, tokenID string
+	revoked          chan []string // the connections the revoke reported
+}
+
+func (s *revokeOnConnect) PutWorker(ctx context.Context, w store.Worker) error {
+	if err := s.Store.PutWorker(ctx, w); err != nil {
+		return err
+	}
+	if w.AccountID == s.account {
+		conns, err := s.Store.RevokeWorkerToken(ctx, s.account, s.tokenID, time.Now())
+		if err != nil {
+			return err
+		}
+		s.revoked <- conns
+	}
+	return nil
+}
+
+// TestRevokeRacingConnect is the last of finding 9: a token revoked while
+// one of its connections is being made must not leave that connection
+// live. The revoke's disconnect cannot reach a connection still in
+// $connect, so registration — its first message — re-checks the token, is
+// refused, and the relay closes the connection. No job reaches it.
+func TestRevokeRacingConnect(t *testing.T) {
+	race := &revokeOnConnect{revoked: make(chan []string, 1)}
+	e := newEnv(t, options{wrap: func(s store.Store) store.Store { race.Store = s; return race }})
+	mallory := e.newAccount("mallory", 0)
+	toks, err := e.store.ListWorkerTokens(context.Background(), mallory.id)
+	if err != nil || len(toks) != 1 {
+		t.Fatalf("mallory's tokens: %v, %v", toks, err)
+	}
+	race.account, race.tokenID = mallory.id, toks[0].ID
+
+	h := e.connectHostile(mallory)
+	select {
+	case conns := <-race.revoked:
+		t.Logf("revoked during $connect; the revoke saw connections %v", conns)
+	case <-time.After(waitLimit):
+		t.Fatal("the token was not revoked during the connect")
+	}
+	if err := h.send(&relaymsg.Register{Models: []string{model}, Agent: "hostile"}); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	if !h.waitClosed(waitLimit) {
+		t.Fatal("the connection of a revoked token is still open after registering")
+	}
+	select {
+	case r := <-h.registered:
+		t.Errorf("registered as %s on a revoked token", r.Conn)
+	default:
+	}
+	e.waitFor("the closed connection's record to go", func() bool { return len(e.workersOf(mallory)) == 0 })
 }

@@ -84,7 +84,10 @@
 //     TestSilentWorker: a worker that never answers loses the job to an
 //     honest one after the first-token timeout and is cut off; the user
 //     is charged once. (d) TestConnectSignatureReplay: replayed, stale and
-//     mismatched connect signatures are refused.
+//     mismatched connect signatures are refused. (e) TestRevokeRacingConnect:
+//     a token revoked while its connection is in $connect (where the
+//     revoke's disconnect cannot reach it) is refused at registration and
+//     the connection closed.
 //  10. Retries onto a dead worker: TestRetryOntoDeadWorker (a worker whose
 //     connection is gone but whose record is still idle — held so by a
 //     store wrapper — does not burn the job's only attempt).

@@ -171,7 +171,7 @@ func (s *session) close(reason string) {
 func (s *session) start(job *relaymsg.Job) {
 	name, ok := s.getModels()[job.Model]
 	if !ok {
-		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "model_not_served", Ticket: job.Ticket})
+		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: relaymsg.FailModelNotServed, Ticket: job.Ticket})
 		return
 	}
 	// A job outlives a drain and a shutdown signal, but not the gateway's
