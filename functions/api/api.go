@@ -1,7 +1,7 @@
 // Package api is the gateway's OpenAI-compatible HTTP API: chat
-// completions, models, balance, stats and account-scoped key management. It
-// is a plain net/http handler; the Lambda main wraps it with lambdaurl and
-// the local runner serves it directly.
+// completions, models, balance, stats, job receipts and account-scoped key
+// management. It is a plain net/http handler; the Lambda main wraps it with
+// lambdaurl and the local runner serves it directly.
 package api
 
 import (
@@ -35,6 +35,7 @@ type Store interface {
 	GetJob(ctx context.Context, id string) (store.Job, error)
 	Requeue(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error)
 	Complete(ctx context.Context, c store.Completion) error
+	GetReceipt(ctx context.Context, jobID string) (store.Receipt, error)
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
 	GetWorker(ctx context.Context, conn string) (store.Worker, error)
 	DeleteWorker(ctx context.Context, conn string) (store.Worker, error)
@@ -44,7 +45,8 @@ type Store interface {
 
 // Dispatcher assigns jobs to workers.
 type Dispatcher interface {
-	Assign(ctx context.Context, job store.Job) (store.Job, bool, error)
+	// Assign gives the job to an idle worker other than those excluded.
+	Assign(ctx context.Context, job store.Job, exclude ...string) (store.Job, bool, error)
 	Dispatch(ctx context.Context, models []string) (int, error)
 	// Released says a worker that Assign gave a job to is idle again.
 	Released(conn string, milliTokPerSec int64)
@@ -162,6 +164,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/models/{id...}", handler(s.model))
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
 	mux.Handle("GET /v1/stats", handler(s.stats))
+	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
 	mux.Handle("GET /v1/keys", s.authed(s.listKeys))
 	mux.Handle("POST /v1/keys", s.authed(s.createKey))
 	mux.Handle("DELETE /v1/keys/{id}", s.authed(s.revokeKey))

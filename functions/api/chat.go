@@ -163,6 +163,27 @@ type jobRun struct {
 	// current worker: its own count, the bound of the worker's claims.
 	deltas     int64
 	replyBytes int64
+	// postedAt is when the job was posted to the current worker.
+	postedAt time.Time
+	// workerPubkey is the identity the store recorded for the current
+	// worker at Assign: its receipt must be signed with that key.
+	workerPubkey string
+	// output hashes what the gateway relayed from the current worker, as
+	// the worker's receipt hashes what it sent.
+	output relaymsg.OutputHasher
+	// requestHash is the receipt's request_sha256 of req, once computed.
+	requestHash string
+	// excluded are workers this job may not go to again: they failed it.
+	excluded map[string]bool
+}
+
+// exclusions lists the workers the job may not be assigned to again.
+func (j *jobRun) exclusions() []string {
+	out := make([]string, 0, len(j.excluded))
+	for w := range j.excluded {
+		out = append(out, w)
+	}
+	return out
 }
 
 // outcome of waiting for a worker's reply.
@@ -206,12 +227,12 @@ func (j *jobRun) serve(ctx context.Context) error {
 // once the answer is written).
 func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) {
 	s := j.s
-	assigned, ok, err := s.dispatch.Assign(jobCtx, j.job)
+	assigned, ok, err := s.dispatch.Assign(jobCtx, j.job, j.exclusions()...)
 	if err != nil {
 		return false, j.end(clientCtx, "store_error", fmt.Errorf("dispatch: %w", err))
 	}
 	if ok {
-		j.worker = assigned.Worker
+		j.worker, j.workerPubkey = assigned.Worker, assigned.WorkerPubkey
 		return true, nil
 	}
 	queueWait := time.NewTimer(s.limits.QueueWait)
@@ -229,8 +250,13 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) 
 		for m, ok := j.box.Pop(); ok; m, ok = j.box.Pop() {
 			switch m := m.(type) {
 			case *relaymsg.Assign:
-				j.worker = m.Worker
-				return true, nil
+				// An assignment message may be stale (a dispatch that
+				// raced a move): adopt it only as the store has it.
+				if cur, err := s.store.GetJob(jobCtx, j.job.ID); err == nil && cur.State == store.JobAssigned &&
+					cur.Worker == m.Worker && cur.Listener == j.job.Listener && !j.excluded[m.Worker] {
+					j.worker, j.workerPubkey = m.Worker, cur.WorkerPubkey
+					return true, nil
+				}
 			case error:
 				return false, j.end(clientCtx, "listener_lost", oaiwire.ErrInternal)
 			}
@@ -243,7 +269,7 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) 
 		case <-recheck.C:
 			switch job, ok := j.recheck(jobCtx); {
 			case ok && job.State == store.JobAssigned && job.Listener == j.job.Listener:
-				j.worker = job.Worker
+				j.worker, j.workerPubkey = job.Worker, job.WorkerPubkey
 				return true, nil
 			case ok && job.State == store.JobFailed:
 				// Failed elsewhere (settled already): only the answer is left.
@@ -260,7 +286,7 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) 
 // recheck claims an idle worker for a job that is still queued, and
 // returns the job as it now stands; ok is false on a store error.
 func (j *jobRun) recheck(ctx context.Context) (store.Job, bool) {
-	job, claimed, err := j.s.dispatch.Assign(ctx, j.job)
+	job, claimed, err := j.s.dispatch.Assign(ctx, j.job, j.exclusions()...)
 	if err == nil && !claimed {
 		job, err = j.s.store.GetJob(ctx, j.job.ID)
 	}
@@ -315,8 +341,10 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 		s.log.Warn("worker unreachable; moving job", "job", j.job.ID, "worker", j.worker, "err", err)
 		return j.retry(clientCtx)
 	}
+	j.box.Expect(j.worker)
+	j.postedAt = s.now()
 	j.seq, j.pending, j.pendingBytes, j.firstAt = 0, map[int64]any{}, 0, time.Time{}
-	j.deltas, j.replyBytes = 0, 0
+	j.deltas, j.replyBytes, j.output = 0, 0, relaymsg.OutputHasher{}
 	firstToken := time.NewTimer(s.limits.FirstToken)
 	defer firstToken.Stop()
 	for {
@@ -330,10 +358,14 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 					return res, err
 				}
 				if errors.Is(m, listener.ErrOverflow) {
-					// More queued for this job than its client took:
-					// the reply ends here (see listener.ErrOverflow).
+					// The client did not take the reply as fast as its
+					// worker sent it (only the current worker's messages
+					// count): like a client that left, it is charged and
+					// the worker is stopped.
 					s.log.Warn("reply overflowed its mailbox", "job", j.job.ID, "worker", j.worker)
-					return outcomeFailed, j.end(clientCtx, "reply_overflow", errReplyOverflow)
+					j.cancelOnWorker()
+					j.s.settleFailure(j.job.ID, "client_slow", false)
+					return outcomeFailed, j.out.fail(errReplyOverflow)
 				}
 				return outcomeFailed, j.end(clientCtx, "listener_lost", oaiwire.ErrInternal)
 			case *relaymsg.Lost:
@@ -368,7 +400,7 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 
 // errReplyOverflow ends a reply whose messages piled up unread.
 var errReplyOverflow = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer, Code: "reply_overflow",
-	Message: "The reply could not be relayed: more of it was waiting than the gateway holds for one request. The request was not charged."}
+	Message: "The reply was not read as fast as it was generated: more of it was waiting than the gateway holds for one request, so it ended here. The request was charged."}
 
 // errWorkerBroke ends a reply whose worker broke the relay protocol.
 var errWorkerBroke = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer, Code: "worker_error",
@@ -464,14 +496,9 @@ func messageBytes(m any) int {
 	return n
 }
 
-// deltaBytes is the text of one delta.
-func deltaBytes(d oaiwire.Delta) int {
-	n := len(d.Content) + len(d.Reasoning)
-	for _, tc := range d.ToolCalls {
-		n += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
-	}
-	return n
-}
+// deltaBytes is the text of one delta: a delta without any is not relayed,
+// and is not in a receipt's output hash either.
+func deltaBytes(d oaiwire.Delta) int { return relaymsg.TextBytes(d) }
 
 func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) {
 	switch m := m.(type) {
@@ -480,11 +507,13 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 			j.firstAt = j.s.now()
 		}
 		for _, d := range m.Deltas {
-			if d.Empty() {
-				continue
+			n := deltaBytes(d)
+			if d.Empty() || n == 0 {
+				continue // nothing to relay: it counts for nothing either
 			}
 			j.deltas++
-			j.replyBytes += int64(deltaBytes(d))
+			j.output.Add(d)
+			j.replyBytes += int64(n)
 			if j.replyBytes > maxReplyBytes {
 				return j.brokeProtocol(clientCtx, "reply larger than any request can ask for")
 			}
@@ -495,6 +524,9 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 		}
 		return 0, false, nil
 	case *relaymsg.Done:
+		if why := j.checkReceipt(m); why != "" {
+			return j.rejectReceipt(clientCtx, why)
+		}
 		usage := j.complete(m)
 		return outcomeDone, true, j.out.finish(m.FinishReason, usage)
 	case *relaymsg.Fail:
@@ -507,6 +539,10 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 				lost := j.worker
 				j.dropWorker(lost, true)
 			}
+			if j.excluded == nil {
+				j.excluded = map[string]bool{}
+			}
+			j.excluded[j.worker] = true
 			res, err := j.retry(clientCtx)
 			return res, true, err
 		}
@@ -557,11 +593,12 @@ func (j *jobRun) complete(m *relaymsg.Done) oaiwire.Usage {
 	now := s.now()
 	usage := boundUsage(m.Usage, j.deltas, j.replyBytes, j.jobBytes)
 	c := store.Completion{JobID: j.job.ID, Worker: j.worker, PromptTokens: usage.PromptTokens,
-		CompletionTokens: usage.CompletionTokens, Earning: j.job.Price * s.limits.WorkerSharePercent / 100, At: now}
+		CompletionTokens: usage.CompletionTokens, Earning: j.job.Price * s.limits.WorkerSharePercent / 100, At: now,
+		Receipt: storeReceipt(m.Receipt)}
 	// Decode speed: the deltas the gateway relayed after the first, over
 	// the time since the first chunk arrived, as the gateway saw it —
 	// never as the worker claims — and capped (see measuredSpeed).
-	c.MilliTokPerSec = measuredSpeed(j.deltas, now.Sub(j.firstAt), !j.firstAt.IsZero())
+	c.MilliTokPerSec = measuredSpeed(j.deltas, now.Sub(j.postedAt), !j.firstAt.IsZero())
 	// Complete is idempotent: a failed attempt is tried again, since a
 	// job left assigned keeps its worker busy and unpaid.
 	var err error
@@ -600,13 +637,19 @@ func boundUsage(claim oaiwire.Usage, deltas, replyBytes int64, jobBytes int) oai
 	return u
 }
 
-// measuredSpeed is deltas after the first over elapsed, in thousandths of a
-// token per second, capped at dispatch.MaxMilliTokPerSec; 0 when it cannot
-// be measured. Integer arithmetic that cannot overflow: deltas are bounded
-// by maxReplyBytes.
+// minSpeedDeltas is the fewest deltas a reply needs for its speed to be
+// measured: a reply of a few tokens says more about latency than speed.
+const minSpeedDeltas = 8
+
+// measuredSpeed is deltas after the first over elapsed (from when the job
+// was posted to the worker: prefill and the network count, which a worker
+// cannot shorten by sending its text in a burst), in thousandths of a token
+// per second, capped at dispatch.MaxMilliTokPerSec; 0 when it cannot be
+// measured. Integer arithmetic that cannot overflow: deltas carry a byte
+// each at least, bounded by maxReplyBytes.
 func measuredSpeed(deltas int64, elapsed time.Duration, started bool) int64 {
 	us := elapsed.Microseconds()
-	if !started || deltas < 2 || us <= 0 {
+	if !started || deltas < minSpeedDeltas || us <= 0 {
 		return 0
 	}
 	// (deltas-1) tokens per us × 10^9 = milli-tokens per second.

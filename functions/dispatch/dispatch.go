@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
@@ -76,8 +77,11 @@ func New(s Store, p Poster, log *slog.Logger) *Dispatcher {
 // loser tries the rest and then a list read from the store, and gives up
 // only when no idle worker is left (or after maxClaimTries, when the queue's
 // own dispatch takes over).
-func (d *Dispatcher) Assign(ctx context.Context, job store.Job) (assigned store.Job, ok bool, err error) {
-	workers := d.idle.take(job.Model, d.now())
+//
+// Workers in exclude (ones that failed this job) are not chosen.
+func (d *Dispatcher) Assign(ctx context.Context, job store.Job, exclude ...string) (assigned store.Job, ok bool, err error) {
+	cached, gen := d.idle.take(job.Model, d.now())
+	workers := without(cached, exclude)
 	fresh := false
 	for try := 0; try < maxClaimTries; try++ {
 		if len(workers) == 0 {
@@ -89,6 +93,8 @@ func (d *Dispatcher) Assign(ctx context.Context, job store.Job) (assigned store.
 			}
 			fresh = true
 			d.idle.set(job.Model, workers, d.now())
+			_, gen = d.idle.take(job.Model, d.now())
+			workers = without(workers, exclude)
 			if len(workers) == 0 {
 				return store.Job{}, false, nil
 			}
@@ -98,14 +104,17 @@ func (d *Dispatcher) Assign(ctx context.Context, job store.Job) (assigned store.
 		assigned, err = d.store.Assign(ctx, job.ID, w.Conn, d.now())
 		switch {
 		case err == nil:
-			d.idle.drop(w, true)
+			d.idle.drop(w, true, gen)
 			return assigned, true, nil
 		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-			// Someone else won this worker, or the job: look at what is left.
-			d.idle.drop(w, false)
+			// Someone else won this worker, or the job: look at which.
+			// A job taken elsewhere (a queue index read a moment stale
+			// offers jobs already assigned) says nothing about the
+			// worker, which stays listed; only a lost worker is dropped.
 			if j, gerr := d.jobState(ctx, job.ID); gerr == nil && j != store.JobQueued {
 				return store.Job{}, false, nil
 			}
+			d.idle.drop(w, false, gen)
 			workers = append(workers[:i], workers[i+1:]...)
 		default:
 			return store.Job{}, false, fmt.Errorf("dispatch: assign %s: %w", job.ID, err)
@@ -145,26 +154,61 @@ func (d *Dispatcher) jobState(ctx context.Context, id string) (store.JobState, e
 	return j.State, nil
 }
 
-// choose draws an index with probability proportional to speed.
+// without returns ws less the workers whose connections are in exclude.
+func without(ws []store.Worker, exclude []string) []store.Worker {
+	if len(exclude) == 0 {
+		return ws
+	}
+	return slices.DeleteFunc(ws, func(w store.Worker) bool { return slices.Contains(exclude, w.Conn) })
+}
+
+// choose draws an index with probability proportional to speed. A worker
+// not measured yet weighs the median of the measured ones (the floor when
+// none is), so that a new worker is tried, and measured, at the rate a
+// typical worker of the model is — not starved at the floor next to
+// workers that were measured fast.
 func (d *Dispatcher) choose(ws []store.Worker) int {
+	unmeasured := medianSpeed(ws)
+	weightOf := func(w store.Worker) int64 {
+		if w.MilliTokPerSec <= 0 {
+			return unmeasured
+		}
+		return weight(w.MilliTokPerSec)
+	}
 	var total int64
 	for _, w := range ws {
-		total += weight(w)
+		total += weightOf(w)
 	}
 	r := d.pick(total)
 	for i, w := range ws {
-		if r < weight(w) {
+		if r < weightOf(w) {
 			return i
 		}
-		r -= weight(w)
+		r -= weightOf(w)
 	}
 	return len(ws) - 1
 }
 
-// weight is a worker's draw, its speed within [MinMilliTokPerSec,
+// medianSpeed is the (lower) median weight of the measured workers, or the
+// floor when none is measured.
+func medianSpeed(ws []store.Worker) int64 {
+	var speeds []int64
+	for _, w := range ws {
+		if w.MilliTokPerSec > 0 {
+			speeds = append(speeds, weight(w.MilliTokPerSec))
+		}
+	}
+	if len(speeds) == 0 {
+		return MinMilliTokPerSec
+	}
+	slices.Sort(speeds)
+	return speeds[(len(speeds)-1)/2]
+}
+
+// weight is a measured speed as a draw, within [MinMilliTokPerSec,
 // MaxMilliTokPerSec] whatever the record says.
-func weight(w store.Worker) int64 {
-	return min(max(w.MilliTokPerSec, MinMilliTokPerSec), MaxMilliTokPerSec)
+func weight(milliTokPerSec int64) int64 {
+	return min(max(milliTokPerSec, MinMilliTokPerSec), MaxMilliTokPerSec)
 }
 
 // Dispatch drains the queues of the models: while a model has queued jobs

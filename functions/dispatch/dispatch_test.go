@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,7 +48,9 @@ func TestChooseBoundsExtremeSpeeds(t *testing.T) {
 		{Conn: "negative", MilliTokPerSec: math.MinInt64},
 		{Conn: "honest", MilliTokPerSec: 50_000},
 	}
-	want := int64(2*MaxMilliTokPerSec + MinMilliTokPerSec + 50_000)
+	// The negative record counts as unmeasured: it weighs the median of
+	// the measured ones, itself bounded.
+	want := int64(3*MaxMilliTokPerSec + 50_000)
 	counts := map[string]int64{}
 	const draws = 10_000
 	for i := range int64(draws) {
@@ -74,18 +77,90 @@ func TestForgetDropsAWorkerEverywhere(t *testing.T) {
 	live := store.Worker{Conn: "live", Models: []string{"a"}}
 	c.set("a", []store.Worker{gone, live}, now)
 	c.set("b", []store.Worker{gone}, now)
-	c.drop(gone, true) // lent out
+	c.drop(gone, true, 0) // lent out
 	c.release("gone", 0)
 	d.Forget("gone")
 	d.Released("gone", 1) // a late release of a forgotten worker is ignored
 	for _, m := range []string{"a", "b"} {
-		for _, w := range d.idle.take(m, now) {
+		list, _ := d.idle.take(m, now)
+		for _, w := range list {
 			if w.Conn == "gone" {
 				t.Errorf("model %s still offers the forgotten worker", m)
 			}
 		}
 	}
-	if got := d.idle.take("a", now); len(got) != 1 || got[0].Conn != "live" {
+	if got, _ := d.idle.take("a", now); len(got) != 1 || got[0].Conn != "live" {
 		t.Errorf("model a offers %v, want the live worker only", got)
+	}
+}
+
+// A worker not measured yet weighs the median measured speed, so a new
+// honest worker is tried as often as a typical one, not starved at the
+// floor beside workers measured fast; excluded workers are never drawn.
+func TestUnmeasuredWeighTheMedian(t *testing.T) {
+	ws := []store.Worker{
+		{Conn: "fast", MilliTokPerSec: 900_000},
+		{Conn: "mid", MilliTokPerSec: 50_000},
+		{Conn: "slow", MilliTokPerSec: 20_000},
+		{Conn: "new"},
+	}
+	if got := medianSpeed(ws); got != 50_000 {
+		t.Fatalf("median %d, want 50,000", got)
+	}
+	total := int64(900_000 + 50_000 + 20_000 + 50_000)
+	counts := map[string]int64{}
+	for r := range total / 1000 {
+		d := &Dispatcher{pick: func(n int64) int64 {
+			if n != total {
+				t.Fatalf("drew from %d, want %d", n, total)
+			}
+			return r * 1000
+		}}
+		counts[ws[d.choose(ws)].Conn]++
+	}
+	if counts["new"] != 50 {
+		t.Errorf("the unmeasured worker drew %d of %d, want 50", counts["new"], total/1000)
+	}
+	if got := without(append([]store.Worker(nil), ws...), []string{"fast", "new"}); len(got) != 2 || got[0].Conn != "mid" || got[1].Conn != "slow" {
+		t.Errorf("without fast and new: %v", got)
+	}
+	if medianSpeed(nil) != MinMilliTokPerSec {
+		t.Errorf("median of nothing measured: %d, want the floor", medianSpeed(nil))
+	}
+}
+
+// A claim that lost a race on a worker, from a snapshot taken before the
+// worker served a whole job and came back, must not drop it: it is idle,
+// and dropping it would hide it until the lists expire (one worker of two
+// then got every job for up to 5 s under a burst). A claim lost from a
+// snapshot that is still current does drop it.
+func TestLostClaimKeepsAWorkerThatCameBack(t *testing.T) {
+	d := &Dispatcher{}
+	c := &d.idle
+	now := time.Now()
+	w := store.Worker{Conn: "w", Models: []string{"m"}}
+	c.set("m", []store.Worker{w, {Conn: "x", Models: []string{"m"}}}, now)
+	_, loserGen := c.take("m", now) // a claim in flight on w, from this snapshot
+
+	_, winnerGen := c.take("m", now)
+	c.drop(w, true, winnerGen) // another claim wins w...
+	c.release("w", 0)          // ...which serves its job and is idle again
+	c.drop(w, false, loserGen) // now the first claim's loss arrives
+	if list, _ := c.take("m", now); !slices.ContainsFunc(list, func(x store.Worker) bool { return x.Conn == "w" }) {
+		t.Fatalf("the worker that came back was dropped: %v", list)
+	}
+
+	_, current := c.take("m", now)
+	c.drop(w, false, current) // a loss from a current snapshot: taken elsewhere
+	if list, _ := c.take("m", now); slices.ContainsFunc(list, func(x store.Worker) bool { return x.Conn == "w" }) {
+		t.Fatalf("a worker taken elsewhere stayed listed: %v", list)
+	}
+	c.release("x", 0) // not lent: nothing happens
+	c.set("m", []store.Worker{w}, now)
+	c.drop(w, true, 0)
+	c.release("w", 0)
+	c.release("w", 0)
+	if list, _ := c.take("m", now); len(list) != 1 {
+		t.Fatalf("list %v, want the worker once", list)
 	}
 }

@@ -25,6 +25,14 @@ type idleCache struct {
 	// lent are workers this dispatcher assigned a job to, kept so that
 	// Released can put them back without a store read.
 	lent map[string]store.Worker
+	// gen counts the times a worker came (back) into the lists; back has
+	// each worker's latest. A claim that lost a race on a worker drops it
+	// only if it has not come back since the loser's snapshot: under a
+	// burst, a worker can be taken, serve a whole job and be released
+	// while another claim on it is still in flight, and dropping it then
+	// would hide an idle worker until the lists expire.
+	gen  uint64
+	back map[string]uint64
 }
 
 type idleList struct {
@@ -33,15 +41,24 @@ type idleList struct {
 }
 
 // take returns a copy of the cached idle list for model, or nil if there is
-// none younger than idleTTL.
-func (c *idleCache) take(model string, now time.Time) []store.Worker {
+// none younger than idleTTL, and the generation of the snapshot.
+func (c *idleCache) take(model string, now time.Time) ([]store.Worker, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.byModel[model]
 	if l == nil || now.Sub(l.read) > idleTTL {
-		return nil
+		return nil, c.gen
 	}
-	return append([]store.Worker(nil), l.workers...)
+	return append([]store.Worker(nil), l.workers...), c.gen
+}
+
+// cameBack records that conn entered the lists now; c.mu is held.
+func (c *idleCache) cameBack(conn string) {
+	if c.back == nil || len(c.back) > 100_000 {
+		c.back = map[string]uint64{}
+	}
+	c.gen++
+	c.back[conn] = c.gen
 }
 
 // set caches a list just read from the store.
@@ -52,13 +69,21 @@ func (c *idleCache) set(model string, ws []store.Worker, now time.Time) {
 		c.byModel = map[string]*idleList{}
 	}
 	c.byModel[model] = &idleList{workers: append([]store.Worker(nil), ws...), read: now}
+	for _, w := range ws {
+		c.cameBack(w.Conn)
+	}
 }
 
 // drop removes a worker from every list: it was taken, by us or another
 // dispatcher. assigned says we took it, so it is remembered for Released.
-func (c *idleCache) drop(w store.Worker, assigned bool) {
+// A lost claim (assigned false) made from the snapshot of generation gen
+// leaves alone a worker that came back after it.
+func (c *idleCache) drop(w store.Worker, assigned bool, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !assigned && c.back[w.Conn] > gen {
+		return
+	}
 	for _, l := range c.byModel {
 		for i := 0; i < len(l.workers); i++ {
 			if l.workers[i].Conn == w.Conn {
@@ -88,8 +113,10 @@ func (c *idleCache) release(conn string, milliTokPerSec int64) {
 	if milliTokPerSec > 0 {
 		w.MilliTokPerSec = milliTokPerSec
 	}
+	c.cameBack(conn)
 	for _, m := range w.Models {
-		if l := c.byModel[m]; l != nil {
+		// A list read from the store meanwhile may hold it already.
+		if l := c.byModel[m]; l != nil && !slices.ContainsFunc(l.workers, func(x store.Worker) bool { return x.Conn == conn }) {
 			l.workers = append(l.workers, w)
 		}
 	}

@@ -371,13 +371,29 @@ type Mailbox struct {
 	sizes    []int
 	bytes    int
 	overflow bool
-	signal   chan struct{}
+	// worker, once set, is the only sender whose chunk, done and fail
+	// messages the mailbox takes: a worker the job moved away from still
+	// holds a valid ticket, and must not fill the mailbox (and have the
+	// bounds blame the current worker).
+	worker string
+	signal chan struct{}
+}
+
+// Expect tells the mailbox which worker the job is on now: it drops the
+// chunk, done and fail messages of any other sender from then on.
+func (b *Mailbox) Expect(worker string) {
+	b.mu.Lock()
+	b.worker = worker
+	b.mu.Unlock()
 }
 
 func (b *Mailbox) put(m any, size int) {
 	b.mu.Lock()
 	switch {
 	case b.overflow:
+		b.mu.Unlock()
+		return
+	case b.worker != "" && workerOf(m) != "" && workerOf(m) != b.worker:
 		b.mu.Unlock()
 		return
 	case len(b.queue) >= mailboxMessages || b.bytes+size > mailboxBytes:
@@ -401,6 +417,19 @@ func (b *Mailbox) put(m any, size int) {
 	case b.signal <- struct{}{}:
 	default:
 	}
+}
+
+// workerOf is the sender of a worker's message, or "".
+func workerOf(m any) string {
+	switch m := m.(type) {
+	case *relaymsg.Chunk:
+		return m.From
+	case *relaymsg.Done:
+		return m.From
+	case *relaymsg.Fail:
+		return m.From
+	}
+	return ""
 }
 
 // Pop returns the next message, if one is there: a *relaymsg.Assign, Lost,

@@ -55,3 +55,29 @@ func TestMailboxOverflow(t *testing.T) {
 		})
 	}
 }
+
+// Once the mailbox knows the job's worker, another sender's chunk, done
+// and fail messages are dropped before they count toward the bounds: a
+// worker the job moved away from cannot fill it and get the current one
+// blamed.
+func TestMailboxTakesOnlyTheCurrentWorker(t *testing.T) {
+	b := &Mailbox{signal: make(chan struct{}, 1)}
+	b.Expect("B")
+	for range 3 * mailboxMessages {
+		b.put(&relaymsg.Chunk{From: "A"}, mailboxBytes/4)
+		b.put(&relaymsg.Done{From: "A"}, 64)
+		b.put(&relaymsg.Fail{From: "A"}, 64)
+	}
+	b.put(&relaymsg.Lost{Worker: "A"}, 64)
+	b.put(&relaymsg.Chunk{From: "B"}, 16)
+	var got []any
+	for m, ok := b.Pop(); ok; m, ok = b.Pop() {
+		got = append(got, m)
+	}
+	if len(got) != 2 {
+		t.Fatalf("popped %d messages, want the lost and B's chunk: %v", len(got), got)
+	}
+	if c, ok := got[1].(*relaymsg.Chunk); !ok || c.From != "B" {
+		t.Errorf("second message %#v, want B's chunk", got[1])
+	}
+}

@@ -104,6 +104,9 @@ type Done struct {
 	// relayed before it counts anywhere.
 	Usage  oaiwire.Usage `json:"usage"`
 	Ticket string        `json:"ticket" validate:"required,len=43"`
+	// Receipt is the worker's signed receipt of the job (see Receipt):
+	// the gateway pays for nothing without a valid one.
+	Receipt *Receipt `json:"receipt" validate:"required"`
 }
 
 // FailModelNotServed is the Fail code of a worker handed a model it does

@@ -36,7 +36,8 @@ func samples() []any {
 			{ToolCalls: []oaiwire.ToolCall{{Index: ptr(0), ID: "call_1", Type: "function", Function: oaiwire.FunctionCall{Name: "get_weather", Arguments: `{"city":`}}}},
 		}, Ticket: tkt},
 		&Done{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 4, FinishReason: "tool_calls",
-			Usage: oaiwire.Usage{PromptTokens: 12, CompletionTokens: 34, TotalTokens: 46}, Ticket: tkt},
+			Usage: oaiwire.Usage{PromptTokens: 12, CompletionTokens: 34, TotalTokens: 46}, Ticket: tkt,
+			Receipt: sampleReceipt()},
 		&Fail{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 2, Code: "backend_unavailable", Message: "ollama: connection refused", Ticket: tkt},
 		&Registered{Conn: "R1kmxc2VNjMCFIA=", Models: []string{"llama3.1:8b"}, Ignored: []string{"qwen3:32b"}},
 		&Job{Job: "job_1", ReplyTo: "TWegAcC4EowCHnA=", Model: "llama3.1:8b",
@@ -200,6 +201,33 @@ func TestDecodeErrors(t *testing.T) {
 		{"chunk deltas object", `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":{"content":"x"}}`, "cannot unmarshal"},
 		{"chunk tool call index string", chunk(`,"deltas":[{"tool_calls":[{"index":"0"}]}]`), "cannot unmarshal"},
 		{"done no finish reason", `{"v":1,"type":"done","job":"j","to":"c","seq":1}`, "FinishReason"},
+		{"done no receipt", doneWith(nil), "Receipt"},
+		{"done null receipt", doneRaw(`null`), "Receipt"},
+		{"done receipt not an object", doneRaw(`"signed"`), "cannot unmarshal"},
+		{"done receipt no job", doneWith(func(r map[string]any) { delete(r, "job") }), "Receipt.Job"},
+		{"done receipt job too long", doneWith(func(r map[string]any) { r["job"] = strings.Repeat("j", 65) }), "Receipt.Job"},
+		{"done receipt no worker", doneWith(func(r map[string]any) { delete(r, "worker") }), "Receipt.Worker"},
+		{"done receipt worker too long", doneWith(func(r map[string]any) { r["worker"] = strings.Repeat("W", 45) }), "Receipt.Worker"},
+		{"done receipt worker too short", doneWith(func(r map[string]any) { r["worker"] = "W" }), "Receipt.Worker"},
+		{"done receipt no model", doneWith(func(r map[string]any) { delete(r, "model") }), "Receipt.Model"},
+		{"done receipt model too long", doneWith(func(r map[string]any) { r["model"] = strings.Repeat("m", 129) }), "Receipt.Model"},
+		{"done receipt digest too long", doneWith(func(r map[string]any) { r["model_digest"] = strings.Repeat("d", 129) }), "Receipt.ModelDigest"},
+		{"done receipt no request hash", doneWith(func(r map[string]any) { delete(r, "request_sha256") }), "Receipt.RequestSHA256"},
+		{"done receipt short request hash", doneWith(func(r map[string]any) { r["request_sha256"] = "abcd" }), "Receipt.RequestSHA256"},
+		{"done receipt request hash not hex", doneWith(func(r map[string]any) { r["request_sha256"] = strings.Repeat("g", 64) }), "Receipt.RequestSHA256"},
+		{"done receipt request hash upper case", doneWith(func(r map[string]any) { r["request_sha256"] = strings.Repeat("A", 64) }), "Receipt.RequestSHA256"},
+		{"done receipt no output hash", doneWith(func(r map[string]any) { delete(r, "output_sha256") }), "Receipt.OutputSHA256"},
+		{"done receipt long output hash", doneWith(func(r map[string]any) { r["output_sha256"] = strings.Repeat("a", 65) }), "Receipt.OutputSHA256"},
+		{"done receipt negative deltas", doneWith(func(r map[string]any) { r["deltas"] = -1 }), "Receipt.Deltas"},
+		{"done receipt huge deltas", doneWith(func(r map[string]any) { r["deltas"] = MaxReceiptCount + 1 }), "Receipt.Deltas"},
+		{"done receipt deltas string", doneWith(func(r map[string]any) { r["deltas"] = "3" }), "cannot unmarshal"},
+		{"done receipt negative prompt tokens", doneWith(func(r map[string]any) { r["prompt_tokens"] = -1 }), "Receipt.PromptTokens"},
+		{"done receipt huge completion tokens", doneWith(func(r map[string]any) { r["completion_tokens"] = int64(1) << 62 }), "Receipt.CompletionTokens"},
+		{"done receipt negative first token", doneWith(func(r map[string]any) { r["first_token_ms"] = -5 }), "Receipt.FirstTokenMillis"},
+		{"done receipt total over a day", doneWith(func(r map[string]any) { r["total_ms"] = MaxReceiptMillis + 1 }), "Receipt.TotalMillis"},
+		{"done receipt no signature", doneWith(func(r map[string]any) { delete(r, "signature") }), "Receipt.Signature"},
+		{"done receipt short signature", doneWith(func(r map[string]any) { r["signature"] = "abc" }), "Receipt.Signature"},
+		{"done receipt long signature", doneWith(func(r map[string]any) { r["signature"] = strings.Repeat("s", 89) }), "Receipt.Signature"},
 		{"done bad finish reason", `{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"bored"}`, "FinishReason"},
 		{"done usage wrong type", `{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"stop","usage":[]}`, "cannot unmarshal"},
 		{"fail no code", `{"v":1,"type":"fail","job":"j","to":"c","seq":1}`, "Code"},
@@ -216,7 +244,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"job deadline not a time", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","deadline":"tomorrow","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "job"},
 		{"chunk no ticket", `{"v":1,"type":"chunk","job":"j","to":"c","seq":0,"deltas":[{"content":"x"}]}`, "Ticket"},
 		{"chunk short ticket", chunk(`,"ticket":"abc"`), "Ticket"},
-		{"done no ticket", `{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"stop"}`, "Ticket"},
+		{"done no ticket", `{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"stop","receipt":` + receiptJSON(nil) + `}`, "Ticket"},
 		{"fail no ticket", `{"v":1,"type":"fail","job":"j","to":"c","seq":1,"code":"x"}`, "Ticket"},
 		{"job no ticket", `{"v":1,"type":"job","job":"j","reply_to":"c","model":"m","request":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, "Ticket"},
 		{"job negative budget", job(``)[:len(job(``))-1] + `,"budget_ms":-1}`, "BudgetMillis"},
@@ -323,6 +351,15 @@ func checkReencode(t *testing.T, in []byte) {
 	if !bytes.Equal(b1, b2) {
 		t.Fatalf("decoded again to a different value:\ninput %q\nfirst  %q\nsecond %q", in, b1, b2)
 	}
+	if j1, ok := m1.(*Job); ok {
+		// The worker's request hash (over the request it decoded) is the
+		// gateway's (over the request it sent).
+		h1, err1 := RequestHash(&j1.Request)
+		h2, err2 := RequestHash(&m2.(*Job).Request)
+		if err1 != nil || err2 != nil || h1 != h2 {
+			t.Fatalf("request hash changed on the way: %s (%v), then %s (%v)\ninput %q", h1, err1, h2, err2, in)
+		}
+	}
 	m3, err := Decode(b2)
 	if err != nil {
 		t.Fatal(err)
@@ -358,6 +395,8 @@ func TestSeedCorpus(t *testing.T) {
 		[]byte(job(`,"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"x","function":{"name":"f"}}]},{"role":"user","content":[]}]`)),
 		[]byte(`{"v":1,"type":"registered","conn":"c","ignored":[]}`),
 		[]byte(`{"v":1,"type":"done","job":"j","to":"c","seq":1,"finish_reason":"stop","usage":{"total_tokens":1e3}}`),
+		[]byte(doneWith(nil)),
+		[]byte(doneWith(func(r map[string]any) { r["deltas"] = 1e3; r["model_digest"] = "<&>" })),
 		[]byte("{\"v\":1,\"type\":\"fail\",\"job\":\"j\",\"to\":\"c\",\"code\":\"\xff\\ud800\"}"),
 	)
 	dir := filepath.Join("testdata", "fuzz", "FuzzDecode")

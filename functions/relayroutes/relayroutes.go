@@ -209,13 +209,26 @@ func (h *Handler) disconnect(ctx context.Context, conn string) {
 		err = h.Post.Post(ctx, job.Listener, msg)
 	}
 	if err != nil {
-		h.failJob(ctx, job.ID, "worker_lost")
+		h.failJob(ctx, job.ID, conn, "worker_lost")
 	}
 }
 
 // failJob ends a job nobody can finish any more, refunded: neither its
 // worker nor its listener can be reached, and neither is the user's fault.
-func (h *Handler) failJob(ctx context.Context, jobID, reason string) {
+// Only a job still assigned to worker, the connection whose event this is,
+// is failed: a job that moved on belongs to its new worker, and one that
+// ended (done, or failed without a refund because its client left) is
+// settled for good — an old ticket must not buy a refund.
+func (h *Handler) failJob(ctx context.Context, jobID, worker, reason string) {
+	cur, err := h.Store.GetJob(ctx, jobID)
+	if err != nil {
+		h.Log.Error("fail job: read it", "job", jobID, "err", err)
+		return
+	}
+	if cur.State != store.JobAssigned || cur.Worker != worker {
+		h.Log.Info("job no longer with this worker; not failing it", "job", jobID, "state", cur.State)
+		return
+	}
 	job, err := h.Store.Fail(ctx, jobID, reason, true, h.now())
 	if err != nil {
 		if !errors.Is(err, store.ErrConflict) { // done already: nothing to undo
@@ -234,6 +247,16 @@ func (h *Handler) failJob(ctx context.Context, jobID, reason string) {
 func (h *Handler) message(ctx context.Context, conn string, body []byte) []byte {
 	m, err := relaymsg.Decode(body)
 	if err != nil {
+		if typ := relaymsg.PeekType(body); typ == relaymsg.TypeDone || typ == relaymsg.TypeFail {
+			// A job's last message that cannot be read (a done without
+			// a valid receipt, say) can end no job: left alone, the job
+			// would wait for its deadline. The sender broke the
+			// protocol and is cut off; its disconnect tells the
+			// listener of any job it held, which moves the job or ends
+			// it with a refund — the sender earns nothing for it.
+			h.cutOff(ctx, conn, "unreadable "+typ, err)
+			return errorReply("bad_message", err.Error()+"; the connection is closed")
+		}
 		return errorReply("bad_message", err.Error())
 	}
 	switch m := m.(type) {
@@ -334,7 +357,7 @@ func (h *Handler) forward(ctx context.Context, conn, job, to, ticket string, m a
 		// can trigger this, and the user, who got nothing, is refunded.
 		h.listeners.Delete(to)
 		h.Log.Warn("listener gone; cancelling job", "job", job, "listener", to)
-		h.failJob(ctx, job, "listener_gone")
+		h.failJob(ctx, job, conn, "listener_gone")
 		return encode(&relaymsg.Cancel{Job: job})
 	default:
 		// A message lost on the way leaves a gap the listener cannot

@@ -65,19 +65,25 @@ type Store interface {
 	// Assign moves a queued job to an idle registered worker that serves
 	// its model, both at once; ErrConflict if either lost the race, ErrNotFound
 	// if the job or the worker does not exist (a worker that disconnected). It
-	// records the worker's account on the job and counts the attempt.
+	// records the worker's account and identity pubkey on the job and counts
+	// the attempt.
 	Assign(ctx context.Context, jobID, worker string, at time.Time) (Job, error)
 	// Requeue puts a job assigned to worker back in the queue (the worker
-	// was lost before any token reached the client); ErrConflict if the
-	// job is not assigned to that worker.
+	// was lost before any token reached the client), clearing its worker
+	// fields; ErrConflict if the job is not assigned to that worker.
 	Requeue(ctx context.Context, jobID, worker string, at time.Time) (Job, error)
 	// Complete marks a job assigned to c.Worker done, frees the worker
 	// and records its speed, credits c.Earning to the worker's account
 	// (Job.WorkerAccount, so it works after the worker disconnected) and
-	// counts the tokens. Completing a done job again is nil and changes
-	// nothing; completing a failed job is ErrConflict; an earning above the
-	// job's price is an error and changes nothing.
+	// counts the tokens, and stores c.Receipt (if any) with the job's
+	// account, all at once. Completing a done job again is nil and changes
+	// nothing, the receipt included; completing a failed job is
+	// ErrConflict; an earning above the job's price, or a receipt of
+	// another job, is an error and changes nothing.
 	Complete(ctx context.Context, c Completion) error
+	// GetReceipt returns the receipt stored when the job completed;
+	// ErrNotFound if the job did not complete with one (or does not exist).
+	GetReceipt(ctx context.Context, jobID string) (Receipt, error)
 	// Fail ends a queued or assigned job, frees its worker if it still
 	// holds the job, and refunds the price exactly once when refund is
 	// set. Failing a failed job again changes nothing except that a

@@ -114,10 +114,15 @@ type Job struct {
 	// WorkerAccount is the account of the worker the job is assigned to,
 	// recorded by Assign so that Complete can pay the worker even after its
 	// connection (and record) is gone.
-	WorkerAccount string    `json:"worker_account,omitempty"`
-	Attempts      int       `json:"attempts"`
-	Created       time.Time `json:"created"`
-	Updated       time.Time `json:"updated"`
+	WorkerAccount string `json:"worker_account,omitempty"`
+	// WorkerPubkey is the identity pubkey (base58) of the worker the job
+	// is assigned to, recorded by Assign from the worker's record, so that
+	// the gateway checks the job's receipt against the key the worker
+	// connected with without reading the worker again.
+	WorkerPubkey string    `json:"worker_pubkey,omitempty"`
+	Attempts     int       `json:"attempts"`
+	Created      time.Time `json:"created"`
+	Updated      time.Time `json:"updated"`
 	// Refunded is set once the price went back to the account.
 	Refunded bool `json:"refunded,omitempty"`
 	// FailReason is a short machine code, never user text.
@@ -216,6 +221,32 @@ type Completion struct {
 	// Earning is the worker account's share, in credits.
 	Earning int64
 	At      time.Time
+	// Receipt is the worker's signed receipt of the job, verified by the
+	// gateway; it is stored with the completion, in the same write. Nil
+	// stores none.
+	Receipt *Receipt
+}
+
+// Receipt is a worker's signed receipt of a completed job, as the worker
+// signed it (see relaymsg.Receipt, whose fields these are): ids, hashes,
+// counts and timings, never text. It is kept so that the job's owner can
+// fetch it and verify the signature offline.
+type Receipt struct {
+	JobID string `json:"job"`
+	// AccountID is the account that paid for the job, the one that may
+	// read the receipt; the store sets it from the job.
+	AccountID        string `json:"account_id"`
+	WorkerPubkey     string `json:"worker"`
+	Model            string `json:"model"`
+	ModelDigest      string `json:"model_digest"`
+	RequestSHA256    string `json:"request_sha256"`
+	OutputSHA256     string `json:"output_sha256"`
+	Deltas           int64  `json:"deltas"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+	FirstTokenMillis int64  `json:"first_token_ms"`
+	TotalMillis      int64  `json:"total_ms"`
+	Signature        string `json:"signature"`
 }
 
 // Stats are network-wide figures for GET /v1/stats.

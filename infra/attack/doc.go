@@ -91,6 +91,21 @@
 //  10. Retries onto a dead worker: TestRetryOntoDeadWorker (a worker whose
 //     connection is gone but whose record is still idle — held so by a
 //     store wrapper — does not burn the job's only attempt).
+//  11. Pay for unproven work: a worker is paid only for a done carrying a
+//     receipt signed by the identity it connected with that names the
+//     job and model and hashes the request sent and the reply relayed.
+//     TestDoneWithoutReceipt (the relay cannot read the done and cuts the
+//     sender off; the job ends with one error event); TestReceiptSignedByAnotherKey
+//     (a receipt of another key's, and one naming the worker's key but
+//     signed by another); TestReceiptOutputMismatch (an output hash or a
+//     delta count that is not what was streamed, streamed and not: one
+//     error event, or a 502); TestReceiptReplayed (an earlier job's valid
+//     receipt). Each job is refunded once, no receipt is kept for it, the
+//     worker earns nothing for it and is cut off.
+//
+// Found in review: TestMovedAwayWorkerFloods (a worker the job moved
+// away from floods it under its old ticket: dropped, the honest reply
+// arrives whole, charged, its worker paid and still connected).
 //
 // Further attacks: TestForeignJobMessages (chunk, done and fail for
 // another worker's job, with the sender's own, an altered, a forged or no

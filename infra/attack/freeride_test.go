@@ -207,7 +207,8 @@ func TestForeignJobMessages(t *testing.T) {
 		{what: "chunk with a forged ticket", msg: &relaymsg.Chunk{Job: v, To: own.ReplyTo, Seq: 1, Deltas: deltas("INJECTED"), Ticket: forgedTicket()}},
 		{what: "chunk without a ticket", raw: rawChunk(v, own.ReplyTo, 1, "INJECTED", "-")},
 		{what: "chunk addressed to a worker", msg: &relaymsg.Chunk{Job: v, To: h.conn, Seq: 1, Deltas: deltas("INJECTED"), Ticket: own.Ticket}},
-		{what: "done with its own ticket", msg: &relaymsg.Done{Job: v, To: own.ReplyTo, Seq: 1, FinishReason: "stop", Ticket: own.Ticket}},
+		{what: "done with its own ticket", msg: &relaymsg.Done{Job: v, To: own.ReplyTo, Seq: 1, FinishReason: "stop", Ticket: own.Ticket,
+			Receipt: h.sign(&relaymsg.Receipt{Job: v, Model: model, RequestSHA256: strings.Repeat("0", 64), OutputSHA256: strings.Repeat("0", 64)}, h.key)}},
 		{what: "fail with its own ticket", msg: &relaymsg.Fail{Job: v, To: own.ReplyTo, Seq: 1, Code: "backend_error", Ticket: own.Ticket}},
 		{what: "fail with a forged ticket", msg: &relaymsg.Fail{Job: v, To: own.ReplyTo, Seq: 1, Code: "backend_error", Ticket: forgedTicket()}},
 	}

@@ -425,6 +425,9 @@ type hostile struct {
 	t    *testing.T
 	ws   *websocket.Conn
 	conn string // from Registered
+	// key is the identity key its connect was signed with: the key its
+	// receipts must be signed with.
+	key ed25519.PrivateKey
 
 	writeMu sync.Mutex
 
@@ -437,6 +440,9 @@ type hostile struct {
 
 	mu      sync.Mutex
 	rawJobs map[string][]byte // job id → the Job message as received
+	// sent is what chunk sent of each job, by seq (the first of a seq
+	// only: the gateway ignores duplicates), for the job's receipt.
+	sent    map[string]map[int64][]oaiwire.Delta
 	closed  chan struct{}
 	readErr error
 }
@@ -444,10 +450,16 @@ type hostile struct {
 // signedHeader is a worker's connect headers for token, signed with a
 // fresh key now.
 func signedHeader(token string) http.Header {
+	h, _ := signedHeaderKey(token)
+	return h
+}
+
+// signedHeaderKey is signedHeader and the fresh key it was signed with.
+func signedHeaderKey(token string) (http.Header, ed25519.PrivateKey) {
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	h := http.Header{}
 	relaymsg.SignConnect(h, token, key, time.Now())
-	return h
+	return h, key
 }
 
 // dialRelay opens a WebSocket to the relay with the headers.
@@ -461,7 +473,8 @@ func (e *env) dialRelay(h http.Header) (*websocket.Conn, *http.Response, error) 
 // account's token, not yet registered.
 func (e *env) connectHostile(acct *account) *hostile {
 	e.t.Helper()
-	ws, resp, err := e.dialRelay(signedHeader(acct.token))
+	header, key := signedHeaderKey(acct.token)
+	ws, resp, err := e.dialRelay(header)
 	if err != nil {
 		status := 0
 		if resp != nil {
@@ -470,7 +483,7 @@ func (e *env) connectHostile(acct *account) *hostile {
 		e.t.Fatalf("hostile connect (HTTP %d): %v", status, err)
 	}
 	ws.SetReadLimit(1 << 20)
-	h := &hostile{t: e.t, ws: ws,
+	h := &hostile{t: e.t, ws: ws, key: key, sent: map[string]map[int64][]oaiwire.Delta{},
 		jobs: make(chan *relaymsg.Job, 1024), errs: make(chan *relaymsg.Error, 8192),
 		cancels: make(chan *relaymsg.Cancel, 1024), registered: make(chan *relaymsg.Registered, 16),
 		other: make(chan []byte, 1024), rawJobs: map[string][]byte{}, closed: make(chan struct{})}
@@ -576,14 +589,62 @@ func (h *hostile) sendFrame(typ websocket.MessageType, b []byte) error {
 
 // chunk sends one chunk of the job, with the job's ticket.
 func (h *hostile) chunk(j *relaymsg.Job, seq int64, texts ...string) error {
-	return h.send(&relaymsg.Chunk{Job: j.Job, To: j.ReplyTo, Seq: seq, Deltas: deltas(texts...), Ticket: j.Ticket})
+	ds := deltas(texts...)
+	h.mu.Lock()
+	if h.sent[j.Job] == nil {
+		h.sent[j.Job] = map[int64][]oaiwire.Delta{}
+	}
+	if _, dup := h.sent[j.Job][seq]; !dup && seq >= 0 {
+		h.sent[j.Job][seq] = ds
+	}
+	h.mu.Unlock()
+	return h.send(&relaymsg.Chunk{Job: j.Job, To: j.ReplyTo, Seq: seq, Deltas: ds, Ticket: j.Ticket})
 }
 
-// done ends the job with the usage claim.
+// done ends the job with the usage claim and a valid receipt of what it
+// streamed.
 func (h *hostile) done(j *relaymsg.Job, seq, completionTokens int64) error {
+	return h.doneWith(j, seq, completionTokens, h.receipt(j, seq, completionTokens))
+}
+
+// doneWith ends the job with the usage claim and the receipt given.
+func (h *hostile) doneWith(j *relaymsg.Job, seq, completionTokens int64, r *relaymsg.Receipt) error {
 	return h.send(&relaymsg.Done{Job: j.Job, To: j.ReplyTo, Seq: seq, FinishReason: oaiwire.FinishStop,
 		Usage:  oaiwire.Usage{PromptTokens: 1, CompletionTokens: completionTokens, TotalTokens: 1 + completionTokens},
-		Ticket: j.Ticket})
+		Ticket: j.Ticket, Receipt: r})
+}
+
+// receipt is the valid receipt of the job ended at seq, as an honest
+// worker signs it: over the chunks sent with seq 0 to seq-1 (what the
+// gateway relays), the job's request, with the hostile's own key. The
+// usage claim is clamped into the receipt's bounds, as workerd does.
+func (h *hostile) receipt(j *relaymsg.Job, seq, completionTokens int64) *relaymsg.Receipt {
+	h.t.Helper()
+	var out relaymsg.OutputHasher
+	h.mu.Lock()
+	for i := int64(0); i < seq; i++ {
+		for _, d := range h.sent[j.Job][i] {
+			out.Add(d)
+		}
+	}
+	h.mu.Unlock()
+	reqHash, err := relaymsg.RequestHash(&j.Request)
+	if err != nil {
+		h.t.Fatalf("request hash: %v", err)
+	}
+	r := &relaymsg.Receipt{Job: j.Job, Model: j.Model, RequestSHA256: reqHash, OutputSHA256: out.Sum(),
+		Deltas: out.Deltas(), PromptTokens: 1, CompletionTokens: min(max(completionTokens, 0), relaymsg.MaxReceiptCount),
+		FirstTokenMillis: 1, TotalMillis: 2}
+	return h.sign(r, h.key)
+}
+
+// sign signs a receipt with key.
+func (h *hostile) sign(r *relaymsg.Receipt, key ed25519.PrivateKey) *relaymsg.Receipt {
+	h.t.Helper()
+	if err := relaymsg.SignReceipt(key, r); err != nil {
+		h.t.Fatalf("sign receipt: %v", err)
+	}
+	return r
 }
 
 // serve answers a job with one chunk per text and a done claiming

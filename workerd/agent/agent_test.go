@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mr-tron/base58"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
@@ -564,6 +567,9 @@ func TestJobBeforeRegistered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r.requests["early"], err = relaymsg.RequestHash(&req); err != nil { // posted by hand below
+		t.Fatal(err)
+	}
 	posted := make(chan error, 1)
 	r.onRegister = func(conn string) {
 		select {
@@ -630,5 +636,90 @@ func TestReplyEndsAtTheDeadline(t *testing.T) {
 	}
 	if deltas == 0 || done.Usage.CompletionTokens != deltas {
 		t.Errorf("completion_tokens %d for %d deltas streamed", done.Usage.CompletionTokens, deltas)
+	}
+	// The reply ended at the deadline is signed like any other
+	// (checkReply verified it against the chunks).
+	wantReq, err := relaymsg.RequestHash(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc := done.Receipt; rc.RequestSHA256 != wantReq || rc.Deltas != deltas || rc.CompletionTokens != deltas || rc.Model != "m" {
+		t.Errorf("receipt %+v; want the job's request hash %s, %d deltas", rc, wantReq, deltas)
+	}
+}
+
+// digesting is a backend that reports its models' digests.
+type digesting struct{ *scriptedBackend }
+
+func (digesting) ModelDigest(model string) string { return "digest-of-" + model }
+
+// Every done carries a receipt signed with the worker's identity key (the
+// key its connect was signed with): the job, the network model, the
+// backend's digest, the hash of the request as it arrived, and the hash of
+// the deltas exactly as they were sent — text split inside a character, a
+// role, empty deltas and all.
+func TestDoneCarriesSignedReceipt(t *testing.T) {
+	t.Parallel()
+	r := newTestRelay(t)
+	idx := 0
+	sent := []oaiwire.Delta{
+		{Role: "assistant", Content: "caf\xc3"},
+		{Content: "\xa9 <ok> & more"},
+		{},
+		{Reasoning: "thinking"},
+		{ToolCalls: []oaiwire.ToolCall{{Index: &idx, ID: "call_1", Type: "function", Function: oaiwire.FunctionCall{Name: "f", Arguments: `{"a":1}`}}}},
+		{ToolCalls: []oaiwire.ToolCall{{Index: &idx}}},
+	}
+	be := newScriptedBackend([]string{"backend-model"}, func(ctx context.Context, c *chatCall, emit func(oaiwire.Delta) error) (backend.Result, error) {
+		for _, d := range sent {
+			if err := emit(d); err != nil {
+				return backend.Result{}, err
+			}
+		}
+		return backend.Result{FinishReason: "tool_calls", Usage: stopUsage}, nil
+	})
+	startAgent(t, r, be, func(c *agent.Config) {
+		c.Backend = digesting{be}
+		c.Models = map[string]string{"network-model": "backend-model"}
+	})
+	reg := r.registered(1)
+	var req oaiwire.ChatRequest
+	body := `{"model":"network-model","messages":[{"role":"system","content":"be <brief> & kind"},{"role":"user","content":[{"type":"text","text":"hi"}]}],` +
+		`"tools":[{"type":"function","function":{"name":"f","parameters":{ "type" : "object" }}}],"temperature":0.7,"stop":["\n"],"stream":true}`
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	r.post(reg.conn, &relaymsg.Job{Job: "j1", ReplyTo: listener, Model: "network-model", Request: req,
+		Deadline: time.Now().Add(time.Minute), BudgetMillis: 60_000, Ticket: testTicket})
+	chunks, end := checkReply(t, r.waitEnd("j1"), "j1")
+	done, ok := end.msg.(*relaymsg.Done)
+	if !ok {
+		t.Fatalf("the job ended with %s, want done", end)
+	}
+	rc := done.Receipt
+	wantReq, err := relaymsg.RequestHash(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want relaymsg.OutputHasher
+	for _, c := range chunks {
+		for _, d := range c.Deltas {
+			want.Add(d)
+		}
+	}
+	switch {
+	case relaymsg.VerifyReceipt(rc) != nil:
+		t.Errorf("receipt does not verify: %v", relaymsg.VerifyReceipt(rc))
+	case rc.Worker != base58.Encode(r.key.Public().(ed25519.PublicKey)):
+		t.Errorf("receipt signed by %s, not the worker's identity", rc.Worker)
+	case rc.Job != "j1" || rc.Model != "network-model" || rc.ModelDigest != "digest-of-backend-model":
+		t.Errorf("receipt names job %q, model %q, digest %q", rc.Job, rc.Model, rc.ModelDigest)
+	case rc.RequestSHA256 != wantReq:
+		t.Errorf("request hash %s, want the job's %s", rc.RequestSHA256, wantReq)
+	case rc.OutputSHA256 != want.Sum() || rc.Deltas != 4:
+		t.Errorf("output %s over %d deltas; the chunks the relay received hash to %s over %d (4 with text)",
+			rc.OutputSHA256, rc.Deltas, want.Sum(), want.Deltas())
+	case rc.PromptTokens != stopUsage.PromptTokens || rc.CompletionTokens != stopUsage.CompletionTokens:
+		t.Errorf("receipt tokens %d+%d, want the backend's usage %+v", rc.PromptTokens, rc.CompletionTokens, stopUsage)
 	}
 }

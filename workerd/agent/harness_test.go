@@ -82,6 +82,8 @@ type testRelay struct {
 	nonces   map[string]bool
 	events   []event
 	rejected []string // why a $connect or message was refused
+	// requests is the request hash of each job posted, by job id.
+	requests map[string]string
 }
 
 func newTestRelay(t *testing.T, opts ...relay.Option) *testRelay {
@@ -90,7 +92,7 @@ func newTestRelay(t *testing.T, opts ...relay.Option) *testRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &testRelay{t: t, key: key, nonces: map[string]bool{}, batchMillis: 25}
+	r := &testRelay{t: t, key: key, nonces: map[string]bool{}, batchMillis: 25, requests: map[string]string{}}
 	creds := aws.Credentials{AccessKeyID: "AKIAWORKERDTEST00001", SecretAccessKey: "workerd-agent-test"}
 	rl := relay.New(relay.HandlerFunc(r.handle), append(opts, relay.WithCredentials(creds.AccessKeyID, creds.SecretAccessKey))...)
 	srv := httptest.NewServer(rl)
@@ -159,6 +161,21 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 	}
 	if tk := ticketOf(m); tk != "" && tk != testTicket {
 		r.rejected = append(r.rejected, "message: ticket not copied from the job")
+	}
+	if d, isDone := m.(*relaymsg.Done); isDone {
+		// As the gateway does (the output hash is checked by checkReply,
+		// against the chunks): the receipt is the job's, for its request,
+		// signed by the key the worker connected with.
+		switch rc := d.Receipt; {
+		case relaymsg.VerifyReceipt(rc) != nil:
+			r.rejected = append(r.rejected, fmt.Sprintf("done: receipt: %v", relaymsg.VerifyReceipt(rc)))
+		case rc.Worker != base58.Encode(r.key.Public().(ed25519.PublicKey)):
+			r.rejected = append(r.rejected, "done: receipt signed by "+rc.Worker+", not the connect's key")
+		case rc.Job != d.Job:
+			r.rejected = append(r.rejected, "done: receipt of job "+rc.Job)
+		case rc.RequestSHA256 != r.requests[d.Job]:
+			r.rejected = append(r.rejected, "done: receipt's request hash is not the job's request's")
+		}
 	}
 	var h relaymsg.Header
 	_ = json.Unmarshal([]byte(req.Body), &h)
@@ -246,6 +263,15 @@ func (r *testRelay) post(conn string, m any) {
 	b, err := relaymsg.Encode(m)
 	if err != nil {
 		r.t.Fatal(err)
+	}
+	if j, ok := m.(*relaymsg.Job); ok {
+		h, err := relaymsg.RequestHash(&j.Request)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.mu.Lock()
+		r.requests[j.Job] = h
+		r.mu.Unlock()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -361,7 +387,37 @@ func checkReply(t *testing.T, evs []event, job string) ([]*relaymsg.Chunk, event
 	if ends != 1 {
 		t.Fatalf("job %s: %d done/fail messages, want 1", job, ends)
 	}
+	if done, ok := end.msg.(*relaymsg.Done); ok {
+		checkReceipt(t, chunks, done)
+	}
 	return chunks, end
+}
+
+// checkReceipt checks a done's receipt against the reply: it verifies, and
+// its output hash and delta count are those of the chunks the relay
+// received (the relay handler checked its key and request hash).
+func checkReceipt(t *testing.T, chunks []*relaymsg.Chunk, done *relaymsg.Done) {
+	t.Helper()
+	r := done.Receipt
+	if err := relaymsg.VerifyReceipt(r); err != nil {
+		t.Fatalf("job %s: receipt: %v", done.Job, err)
+	}
+	var out relaymsg.OutputHasher
+	for _, c := range chunks {
+		for _, d := range c.Deltas {
+			out.Add(d)
+		}
+	}
+	if r.Job != done.Job || r.OutputSHA256 != out.Sum() || r.Deltas != out.Deltas() {
+		t.Errorf("job %s: receipt of %s with output %s over %d deltas; the chunks hash to %s over %d",
+			done.Job, r.Job, r.OutputSHA256, r.Deltas, out.Sum(), out.Deltas())
+	}
+	if r.PromptTokens != max(done.Usage.PromptTokens, 0) || r.CompletionTokens != max(done.Usage.CompletionTokens, 0) {
+		t.Errorf("job %s: receipt claims %d+%d tokens, the done %+v", done.Job, r.PromptTokens, r.CompletionTokens, done.Usage)
+	}
+	if r.TotalMillis < r.FirstTokenMillis {
+		t.Errorf("job %s: receipt timings: first token %d ms, total %d ms", done.Job, r.FirstTokenMillis, r.TotalMillis)
+	}
 }
 
 func content(chunks []*relaymsg.Chunk) string {

@@ -231,7 +231,15 @@ func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, mod
 			_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "internal", Ticket: job.Ticket})
 		}
 	}()
-	b := &batcher{s: s, job: job.Job, to: job.ReplyTo, ticket: job.Ticket}
+	// The receipt hashes the request as it arrived, before the backend
+	// sees it.
+	receipt, err := s.receiptOf(job, model)
+	if err != nil {
+		log.Error("job receipt", "err", err)
+		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "internal", Ticket: job.Ticket})
+		return
+	}
+	b := &batcher{s: s, job: job.Job, to: job.ReplyTo, ticket: job.Ticket, receipt: receipt, started: started}
 	genCtx, stopGen := context.WithDeadlineCause(ctx, end, errReplyDeadline)
 	defer stopGen()
 	res, err := s.a.cfg.Backend.Chat(genCtx, model, &job.Request, b.add)
@@ -239,7 +247,7 @@ func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, mod
 		err = ferr
 	}
 	switch {
-	case ctx.Err() == nil && errors.Is(context.Cause(genCtx), errReplyDeadline):
+	case err != nil && ctx.Err() == nil && errors.Is(context.Cause(genCtx), errReplyDeadline):
 		// The deadline came first: the reply is complete as far as it
 		// goes, like one cut by max_tokens, and is delivered as such.
 		log.Info("job done at its deadline", "completion_tokens", b.deltas(), "ms", time.Since(started).Milliseconds())
@@ -260,6 +268,29 @@ func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, mod
 		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: res.FinishReason, Usage: res.Usage, Ticket: job.Ticket})
 	}
 }
+
+// receiptOf starts a job's receipt with what is known before the reply:
+// the job, the model and its digest, the request's hash. The batcher
+// completes and signs it when the job is done.
+func (s *session) receiptOf(job *relaymsg.Job, backendModel string) (*relaymsg.Receipt, error) {
+	reqHash, err := relaymsg.RequestHash(&job.Request)
+	if err != nil {
+		return nil, err
+	}
+	r := &relaymsg.Receipt{Job: job.Job, Model: job.Model, RequestSHA256: reqHash}
+	if d, ok := s.a.cfg.Backend.(backend.Digester); ok {
+		// A digest past the receipt's bound would get the done refused:
+		// better none.
+		if digest := d.ModelDigest(backendModel); len(digest) <= maxModelDigest {
+			r.ModelDigest = digest
+		}
+	}
+	return r, nil
+}
+
+// maxModelDigest is the longest model digest a receipt holds (its
+// validator's bound).
+const maxModelDigest = 128
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -285,7 +316,20 @@ type batcher struct {
 	// lastSent is when the last chunk left.
 	lastSent time.Time
 	err      error
+
+	// receipt is the job's receipt so far (receiptOf); end completes it
+	// from output and the timings, signs it and sends it in the done.
+	receipt *relaymsg.Receipt
+	// output hashes every delta handed to the batcher, in order: what the
+	// gateway relays, and hashes too.
+	output relaymsg.OutputHasher
+	// started is when the job arrived, firstAt when its first delta with
+	// text was handed over.
+	started, firstAt time.Time
 }
+
+// errJobEnded refuses deltas after a job's last message.
+var errJobEnded = errors.New("agent: the job has ended")
 
 func (b *batcher) add(d oaiwire.Delta) error {
 	n := encodedSize(d)
@@ -304,6 +348,10 @@ func (b *batcher) add(d oaiwire.Delta) error {
 	b.pending = append(b.pending, d)
 	b.size += n
 	b.sent++
+	b.output.Add(d)
+	if b.firstAt.IsZero() && relaymsg.TextBytes(d) > 0 {
+		b.firstAt = time.Now()
+	}
 	// A delta goes at once when the last chunk left at least one window
 	// ago, so tokens slower than the window (most real models: 10–50 ms
 	// apart) pay no batching delay; faster bursts are gathered, at most
@@ -366,17 +414,54 @@ func (b *batcher) flushLocked() {
 	b.seq++
 }
 
-// end sends the job's last message after its chunks.
+// end sends the job's last message after its chunks: a done carries the
+// job's signed receipt. Nothing is sent for the job after it.
 func (b *batcher) end(m any) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.flushLocked()
-	switch m := m.(type) {
+	switch d := m.(type) {
 	case *relaymsg.Done:
-		m.Seq = b.seq
+		d.Seq = b.seq
+		if err := b.sign(d); err != nil {
+			// A done without a receipt earns nothing; say what happened.
+			b.s.a.cfg.Log.Error("sign the job's receipt", "job", b.job, "err", err)
+			m = &relaymsg.Fail{Job: d.Job, To: d.To, Seq: b.seq, Code: "internal", Message: "could not sign the receipt", Ticket: d.Ticket}
+		}
 	case *relaymsg.Fail:
-		m.Seq = b.seq
+		d.Seq = b.seq
 	}
 	b.seq++
+	if b.err == nil {
+		b.err = errJobEnded
+	}
 	_ = b.s.send(m) // a dead connection is reported by the relay as a lost worker
+}
+
+// sign completes the job's receipt from what was sent and d's usage, signs
+// it with the worker's identity key and puts it in d. Numbers are clamped
+// into the receipt's bounds: an out-of-bounds one would get the done
+// refused.
+func (b *batcher) sign(d *relaymsg.Done) error {
+	if b.receipt == nil {
+		return errors.New("no receipt started")
+	}
+	r := *b.receipt
+	r.OutputSHA256, r.Deltas = b.output.Sum(), clampCount(b.output.Deltas())
+	r.PromptTokens, r.CompletionTokens = clampCount(d.Usage.PromptTokens), clampCount(d.Usage.CompletionTokens)
+	if !b.firstAt.IsZero() {
+		r.FirstTokenMillis = clampMillis(b.firstAt.Sub(b.started))
+	}
+	r.TotalMillis = clampMillis(time.Since(b.started))
+	if err := relaymsg.SignReceipt(b.s.a.cfg.Key, &r); err != nil {
+		return err
+	}
+	d.Receipt = &r
+	return nil
+}
+
+func clampCount(n int64) int64 { return min(max(n, 0), relaymsg.MaxReceiptCount) }
+
+func clampMillis(d time.Duration) int64 {
+	return min(max(d.Milliseconds(), 0), relaymsg.MaxReceiptMillis)
 }

@@ -26,6 +26,15 @@ type Backend interface {
 	Chat(ctx context.Context, model string, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (Result, error)
 }
 
+// Digester is implemented by backends that know a digest of the weights
+// behind a model name (Ollama's manifest digest). workerd puts it in each
+// job's signed receipt, so a user can tell which weights served them.
+type Digester interface {
+	// ModelDigest is the digest of the model named model as last listed
+	// by Models, or "" if the server gave none.
+	ModelDigest(model string) string
+}
+
 // Result is how a reply ended.
 type Result struct {
 	// FinishReason is stop, length or tool_calls.

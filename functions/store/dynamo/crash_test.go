@@ -149,7 +149,9 @@ func TestCrashAtEveryWrite(t *testing.T) {
 		{"Requeue", func(s store.Store) error { _, err := s.Requeue(bg, "running", "w1", t0.Add(time.Second)); return err }},
 		{"Complete", func(s store.Store) error {
 			return s.Complete(bg, store.Completion{JobID: "running", Worker: "w1", PromptTokens: 5,
-				CompletionTokens: 20, MilliTokPerSec: 40_000, Earning: 7, At: t0.Add(time.Second)})
+				CompletionTokens: 20, MilliTokPerSec: 40_000, Earning: 7, At: t0.Add(time.Second),
+				Receipt: &store.Receipt{JobID: "running", WorkerPubkey: "pk1", Model: "m", RequestSHA256: "r",
+					OutputSHA256: "o", Deltas: 20, PromptTokens: 5, CompletionTokens: 20, TotalMillis: 9, Signature: "s"}})
 		}},
 		{"FailRefund", func(s store.Store) error {
 			_, err := s.Fail(bg, "running", "worker_lost", true, t0.Add(time.Second))

@@ -18,9 +18,9 @@ type hints struct {
 	mu sync.Mutex
 	// jobs are jobs as last written or read by this process.
 	jobs map[string]store.Job
-	// workerAccounts maps a connection to its worker's account, which never
-	// changes for the life of the connection.
-	workerAccounts map[string]string
+	// workers maps a connection to its worker's account and identity
+	// pubkey, which never change for the life of the connection.
+	workers map[string]workerIdentity
 	// allowances is each account's free allowance as last seen; most
 	// accounts have none, so an unknown account is assumed to have none.
 	allowances map[string]int64
@@ -32,7 +32,7 @@ type hints struct {
 
 func (h *hints) init() {
 	h.jobs = map[string]store.Job{}
-	h.workerAccounts = map[string]string{}
+	h.workers = map[string]workerIdentity{}
 	h.allowances = map[string]int64{}
 	h.admitted = map[string]int64{}
 }
@@ -56,23 +56,37 @@ func get[V any](h *hints, m *map[string]V, k string) (V, bool) {
 
 func (h *hints) job(id string) (store.Job, bool) { return get(h, &h.jobs, id) }
 
-// setJob remembers a job; ended jobs are forgotten, as nothing writes them
-// on the hot path any more.
-func (h *hints) setJob(j store.Job) {
-	if j.State == store.JobDone {
-		h.mu.Lock()
-		delete(h.jobs, j.ID)
-		h.mu.Unlock()
-		return
+// setJob remembers a job, ended ones too: a queue read from the index
+// (eventually consistent) may still list a job that was assigned or ended a
+// moment ago, and the hint is what tells it stale (see freshQueued).
+func (h *hints) setJob(j store.Job) { put(h, &h.jobs, j.ID, j) }
+
+// freshQueued reports whether a job the queue index lists as queued may be
+// believed: no hint of this process says it moved on since (a later
+// Updated, or the same one in another state). A job requeued after being
+// assigned has a later Updated than the assignment, so it is believed. When
+// it is, it becomes the hint.
+func (h *hints) freshQueued(j store.Job) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if known, ok := h.jobs[j.ID]; ok && known.State != store.JobQueued && !known.Updated.Before(j.Updated) {
+		return false
 	}
-	put(h, &h.jobs, j.ID, j)
+	if len(h.jobs) >= maxHints {
+		h.jobs = map[string]store.Job{}
+	}
+	h.jobs[j.ID] = j
+	return true
 }
 
-func (h *hints) workerAccount(conn string) (string, bool) {
-	return get(h, &h.workerAccounts, conn)
-}
+// workerIdentity is what a worker record says of whose it is.
+type workerIdentity struct{ account, pubkey string }
 
-func (h *hints) setWorker(w store.Worker) { put(h, &h.workerAccounts, w.Conn, w.AccountID) }
+func (h *hints) worker(conn string) (workerIdentity, bool) { return get(h, &h.workers, conn) }
+
+func (h *hints) setWorker(w store.Worker) {
+	put(h, &h.workers, w.Conn, workerIdentity{account: w.AccountID, pubkey: w.Pubkey})
+}
 
 func (h *hints) allowance(account string) int64 {
 	v, _ := get(h, &h.allowances, account)

@@ -25,6 +25,7 @@ const (
 	pRate     = "RATE#"   // RATE#<key hash> / <window>
 	pAcctRate = "ARATE#"  // ARATE#<account id> / <window>: all the account's keys
 	pJob      = "JOB#"    // JOB#<id> / JOB
+	sReceipt  = "RECEIPT" // JOB#<id> / RECEIPT: the worker's receipt of a completed job
 	pWorker   = "WORKER#" // WORKER#<conn> / WORKER
 	sConn     = "CONN#"   // <TOKEN#hash> / CONN#<conn>: live workers on a token
 	sLive     = "LIVE"    // <TOKEN#hash> / LIVE: how many, for the per-token cap
@@ -53,6 +54,8 @@ const (
 	aState     = "state"
 	aWorker    = "worker"
 	aWorkerAcc = "worker_account"
+	aWorkerPub = "worker_pubkey"
+	aPubkey    = "pubkey"
 	aAttempts  = "attempts"
 	aUpdated   = "updated"
 	aRefunded  = "refunded"
@@ -84,6 +87,7 @@ func accountKey(id string) key          { return key{pAccount + id, sAccount} }
 func grantKey(idem string) key          { return key{pGrant + idem, "GRANT"} }
 func nonceKey(n string) key             { return key{pNonce + n, "NONCE"} }
 func jobKey(id string) key              { return key{pJob + id, "JOB"} }
+func receiptKey(jobID string) key       { return key{pJob + jobID, sReceipt} }
 func workerKey(conn string) key         { return key{pWorker + conn, "WORKER"} }
 func listenerKey(c string) key          { return key{pListener + c, "LISTENER"} }
 func rateKey(h string, w time.Time) key { return key{pRate + h, timeKey(w)} }
@@ -219,6 +223,7 @@ type jobItem struct {
 	Listener         string `dynamodbav:"listener"`
 	Worker           string `dynamodbav:"worker"`
 	WorkerAccount    string `dynamodbav:"worker_account"`
+	WorkerPubkey     string `dynamodbav:"worker_pubkey,omitempty"`
 	Attempts         int64  `dynamodbav:"attempts"`
 	Created          int64  `dynamodbav:"created"`
 	Updated          int64  `dynamodbav:"updated"`
@@ -234,7 +239,7 @@ func queueSortKey(j store.Job) string { return timeKey(j.Created) + "#" + j.ID }
 func toJobItem(j store.Job) jobItem {
 	i := jobItem{key: jobKey(j.ID), ID: j.ID, Account: j.AccountID, Model: j.Model, Price: j.Price,
 		FromAllowance: j.FromAllowance, State: string(j.State), Listener: j.Listener, Worker: j.Worker,
-		WorkerAccount: j.WorkerAccount, Attempts: int64(j.Attempts), Created: nanos(j.Created),
+		WorkerAccount: j.WorkerAccount, WorkerPubkey: j.WorkerPubkey, Attempts: int64(j.Attempts), Created: nanos(j.Created),
 		Updated: nanos(j.Updated), Refunded: j.Refunded, FailReason: j.FailReason,
 		PromptTokens: j.PromptTokens, CompletionTokens: j.CompletionTokens}
 	if j.State == store.JobQueued {
@@ -246,7 +251,7 @@ func toJobItem(j store.Job) jobItem {
 func (i jobItem) job() store.Job {
 	return store.Job{ID: i.ID, AccountID: i.Account, Model: i.Model, Price: i.Price,
 		FromAllowance: i.FromAllowance, State: store.JobState(i.State), Listener: i.Listener,
-		Worker: i.Worker, WorkerAccount: i.WorkerAccount, Attempts: int(i.Attempts),
+		Worker: i.Worker, WorkerAccount: i.WorkerAccount, WorkerPubkey: i.WorkerPubkey, Attempts: int(i.Attempts),
 		Created: fromNanos(i.Created), Updated: fromNanos(i.Updated), Refunded: i.Refunded,
 		FailReason: i.FailReason, PromptTokens: i.PromptTokens, CompletionTokens: i.CompletionTokens}
 }
@@ -290,6 +295,39 @@ func (i workerItem) worker() store.Worker {
 	return store.Worker{Conn: i.Conn, AccountID: i.Account, TokenHash: i.TokenHash, Pubkey: i.Pubkey,
 		Models: models, State: store.WorkerState(i.State), Job: i.Job, MilliTokPerSec: i.Speed,
 		Registered: i.Registered, Draining: i.Draining, ConnectedAt: fromNanos(i.ConnectedAt)}
+}
+
+// receiptItem is a completed job's receipt, next to the job in its
+// partition, written by Complete's transaction.
+type receiptItem struct {
+	key
+	Job              string `dynamodbav:"job"`
+	Account          string `dynamodbav:"account"`
+	Worker           string `dynamodbav:"worker"`
+	Model            string `dynamodbav:"model"`
+	ModelDigest      string `dynamodbav:"model_digest"`
+	RequestSHA256    string `dynamodbav:"request_sha256"`
+	OutputSHA256     string `dynamodbav:"output_sha256"`
+	Deltas           int64  `dynamodbav:"deltas"`
+	PromptTokens     int64  `dynamodbav:"prompt_tokens"`
+	CompletionTokens int64  `dynamodbav:"completion_tokens"`
+	FirstTokenMillis int64  `dynamodbav:"first_token_ms"`
+	TotalMillis      int64  `dynamodbav:"total_ms"`
+	Signature        string `dynamodbav:"signature"`
+}
+
+func toReceiptItem(r store.Receipt) receiptItem {
+	return receiptItem{key: receiptKey(r.JobID), Job: r.JobID, Account: r.AccountID, Worker: r.WorkerPubkey,
+		Model: r.Model, ModelDigest: r.ModelDigest, RequestSHA256: r.RequestSHA256, OutputSHA256: r.OutputSHA256,
+		Deltas: r.Deltas, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
+		FirstTokenMillis: r.FirstTokenMillis, TotalMillis: r.TotalMillis, Signature: r.Signature}
+}
+
+func (i receiptItem) receipt() store.Receipt {
+	return store.Receipt{JobID: i.Job, AccountID: i.Account, WorkerPubkey: i.Worker, Model: i.Model,
+		ModelDigest: i.ModelDigest, RequestSHA256: i.RequestSHA256, OutputSHA256: i.OutputSHA256,
+		Deltas: i.Deltas, PromptTokens: i.PromptTokens, CompletionTokens: i.CompletionTokens,
+		FirstTokenMillis: i.FirstTokenMillis, TotalMillis: i.TotalMillis, Signature: i.Signature}
 }
 
 type listenerItem struct {

@@ -312,10 +312,17 @@ func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]stor
 		return 0
 	})
 	var jobs []store.Job
-	for _, it := range all[:min(len(all), limit)] {
-		j := it.job()
-		s.hints.setJob(j)
-		jobs = append(jobs, j)
+	for _, it := range all {
+		if len(jobs) == limit {
+			break
+		}
+		// The index lags the table: a job this process saw assigned or
+		// ended since is not offered again (a dispatcher would spend a
+		// failed transaction on it), nor does the stale entry overwrite
+		// what this process knows of it.
+		if j := it.job(); s.hints.freshQueued(j) {
+			jobs = append(jobs, j)
+		}
 	}
 	return jobs, nil
 }
@@ -333,13 +340,13 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 	if err != nil {
 		return fail(err)
 	}
-	account, ok := s.hints.workerAccount(conn)
+	who, ok := s.hints.worker(conn)
 	if !ok {
 		w, err := s.GetWorker(ctx, conn)
 		if err != nil {
 			return fail(err)
 		}
-		account = w.AccountID
+		who = workerIdentity{account: w.AccountID, pubkey: w.Pubkey}
 	}
 	for try := 0; ; try++ {
 		if job.State != store.JobQueued {
@@ -354,16 +361,16 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 		}
 		err := s.transact(ctx, []types.TransactWriteItem{
 			{Update: &types.Update{TableName: s.tableName(), Key: jobKey(jobID).av(),
-				UpdateExpression:                    aws.String("SET #state = :assigned, #worker = :w, #worker_account = :wa, #attempts = #attempts + :one, #updated = :at REMOVE #gpk, #gsk"),
+				UpdateExpression:                    aws.String("SET #state = :assigned, #worker = :w, #worker_account = :wa, #worker_pubkey = :pk, #attempts = #attempts + :one, #updated = :at REMOVE #gpk, #gsk"),
 				ConditionExpression:                 aws.String("#state = :queued AND #attempts = :attempts"),
-				ExpressionAttributeNames:            names(aState, aWorker, aWorkerAcc, aAttempts, aUpdated, schema.GPK, schema.GSK),
-				ExpressionAttributeValues:           values{":assigned": str(string(store.JobAssigned)), ":queued": str(string(store.JobQueued)), ":w": str(conn), ":wa": str(account), ":one": num(1), ":at": num(nanos(at)), ":attempts": num(int64(job.Attempts))},
+				ExpressionAttributeNames:            names(aState, aWorker, aWorkerAcc, aWorkerPub, aAttempts, aUpdated, schema.GPK, schema.GSK),
+				ExpressionAttributeValues:           values{":assigned": str(string(store.JobAssigned)), ":queued": str(string(store.JobQueued)), ":w": str(conn), ":wa": str(who.account), ":pk": str(who.pubkey), ":one": num(1), ":at": num(nanos(at)), ":attempts": num(int64(job.Attempts))},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
 			{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
 				UpdateExpression:                    aws.String("SET #state = :busy, #job = :job"),
-				ConditionExpression:                 aws.String("attribute_exists(pk) AND #registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #account = :wa AND #ttl > :now"),
-				ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount, schema.TTL),
-				ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(jobID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(account), ":now": num(ttl(s.now()))},
+				ConditionExpression:                 aws.String("attribute_exists(pk) AND #registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #account = :wa AND #pubkey = :pk AND #ttl > :now"),
+				ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount, aPubkey, schema.TTL),
+				ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(jobID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(who.account), ":pk": str(who.pubkey), ":now": num(ttl(s.now()))},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
 		})
 		var tf *txFailed
@@ -371,7 +378,7 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 			if err != nil {
 				return fail(err)
 			}
-			job.State, job.Worker, job.WorkerAccount = store.JobAssigned, conn, account
+			job.State, job.Worker, job.WorkerAccount, job.WorkerPubkey = store.JobAssigned, conn, who.account, who.pubkey
 			job.Attempts++
 			job.Updated = at
 			s.hints.setJob(job)
@@ -407,7 +414,8 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 			case it.TTL <= ttl(s.now()):
 				return fail(fmt.Errorf("worker %s expired (a connection lost without $disconnect): %w", conn, store.ErrNotFound))
 			}
-			account = w.AccountID // the only other condition: a stale account
+			// The only other conditions: a stale account or pubkey.
+			who = workerIdentity{account: w.AccountID, pubkey: w.Pubkey}
 		}
 		if try >= maxStaleRetries {
 			return fail(fmt.Errorf("job or worker keeps changing: %w", store.ErrConflict))
@@ -471,9 +479,9 @@ func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time)
 			}
 		}
 		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: jobKey(jobID).av(),
-			UpdateExpression:                    aws.String("SET #state = :queued, #worker = :none, #worker_account = :none, #updated = :at, #gpk = :gpk, #gsk = :gsk"),
+			UpdateExpression:                    aws.String("SET #state = :queued, #worker = :none, #worker_account = :none, #updated = :at, #gpk = :gpk, #gsk = :gsk REMOVE #worker_pubkey"),
 			ConditionExpression:                 aws.String("#state = :assigned AND #worker = :w AND #attempts = :attempts"),
-			ExpressionAttributeNames:            names(aState, aWorker, aWorkerAcc, aUpdated, aAttempts, schema.GPK, schema.GSK),
+			ExpressionAttributeNames:            names(aState, aWorker, aWorkerAcc, aWorkerPub, aUpdated, aAttempts, schema.GPK, schema.GSK),
 			ExpressionAttributeValues:           values{":queued": str(string(store.JobQueued)), ":assigned": str(string(store.JobAssigned)), ":none": str(""), ":w": str(worker), ":at": num(nanos(at)), ":gpk": str(queuePartition(job.Model, job.ID)), ":gsk": str(queueSortKey(job)), ":attempts": num(int64(job.Attempts))},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
 		if freeWorker {
@@ -485,7 +493,7 @@ func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time)
 			if err != nil {
 				return fail(err)
 			}
-			job.State, job.Worker, job.WorkerAccount, job.Updated = store.JobQueued, "", "", at
+			job.State, job.Worker, job.WorkerAccount, job.WorkerPubkey, job.Updated = store.JobQueued, "", "", "", at
 			s.hints.setJob(job)
 			return job, nil
 		}
@@ -510,6 +518,9 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	}
 	if c.Earning < 0 || c.PromptTokens < 0 || c.CompletionTokens < 0 {
 		return fail(errors.New("negative earning or token count"))
+	}
+	if c.Receipt != nil && c.Receipt.JobID != c.JobID {
+		return fail(fmt.Errorf("receipt of job %q", c.Receipt.JobID))
 	}
 	job, err := s.knownJob(ctx, c.JobID)
 	if err != nil {
@@ -555,6 +566,18 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 				ExpressionAttributeValues: values{":e": num(c.Earning), ":gpk": str(earnPartition(job.WorkerAccount)),
 					":gsk": str(job.WorkerAccount + "#" + ek.SK)}}})
 		}
+		if c.Receipt != nil {
+			// A plain put: the job's condition lets exactly one Complete
+			// through, and a retry of a done job stops above, so the
+			// receipt is written once and never replaced.
+			r := *c.Receipt
+			r.AccountID = job.AccountID
+			item, err := marshal(toReceiptItem(r))
+			if err != nil {
+				return fail(err)
+			}
+			items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: item}})
+		}
 		freeAt := -1
 		if freeWorker {
 			freeAt = len(items)
@@ -572,7 +595,7 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 					return fail(err)
 				}
 			}
-			s.hints.setJob(store.Job{ID: c.JobID, State: store.JobDone})
+			s.hints.setJob(store.Job{ID: c.JobID, State: store.JobDone, Updated: c.At})
 			return nil
 		}
 		switch {
@@ -590,6 +613,18 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			return fail(fmt.Errorf("job keeps changing: %w", store.ErrConflict))
 		}
 	}
+}
+
+// GetReceipt implements store.Store.
+func (s *Store) GetReceipt(ctx context.Context, jobID string) (store.Receipt, error) {
+	var it receiptItem
+	if err := s.get(ctx, receiptKey(jobID), &it); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("receipt: %w", store.ErrNotFound)
+		}
+		return store.Receipt{}, fmt.Errorf("dynamo: get receipt of job %s: %w", jobID, err)
+	}
+	return it.receipt(), nil
 }
 
 // countCompletion adds a completion to the job's shard of the totals and

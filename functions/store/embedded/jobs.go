@@ -236,6 +236,7 @@ func (s *Store) Assign(ctx context.Context, jobID, worker string, at time.Time) 
 		job.State = store.JobAssigned
 		job.Worker = worker
 		job.WorkerAccount = w.AccountID
+		job.WorkerPubkey = w.Pubkey
 		job.Attempts++
 		job.Updated = at
 		if err := putJSON(tx.Bucket(bJobs), []byte(job.ID), job); err != nil {
@@ -277,6 +278,7 @@ func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time)
 		job.State = store.JobQueued
 		job.Worker = ""
 		job.WorkerAccount = ""
+		job.WorkerPubkey = ""
 		job.Updated = at
 		return putJSON(tx.Bucket(bJobs), []byte(job.ID), job)
 	})
@@ -315,6 +317,9 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if c.Earning < 0 || c.PromptTokens < 0 || c.CompletionTokens < 0 {
 		return fmt.Errorf("embedded: complete job %s: negative earning or token count", c.JobID)
 	}
+	if c.Receipt != nil && c.Receipt.JobID != c.JobID {
+		return fmt.Errorf("embedded: complete job %s: receipt of job %q", c.JobID, c.Receipt.JobID)
+	}
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		job, err := loadJob(tx, c.JobID)
 		if err != nil {
@@ -348,6 +353,13 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 		if err := tx.Bucket(bAssigned).Delete([]byte(job.ID)); err != nil {
 			return err
 		}
+		if c.Receipt != nil {
+			r := *c.Receipt
+			r.AccountID = job.AccountID
+			if err := putJSON(tx.Bucket(bReceipts), []byte(job.ID), r); err != nil {
+				return err
+			}
+		}
 		job.State = store.JobDone
 		job.Updated = c.At
 		job.PromptTokens = c.PromptTokens
@@ -361,6 +373,22 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 		return fmt.Errorf("embedded: complete job %s on %s: %w", c.JobID, c.Worker, err)
 	}
 	return nil
+}
+
+// GetReceipt implements store.Store.
+func (s *Store) GetReceipt(ctx context.Context, jobID string) (store.Receipt, error) {
+	var r store.Receipt
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		ok, err := getJSON(tx.Bucket(bReceipts), []byte(jobID), &r)
+		if err == nil && !ok {
+			err = fmt.Errorf("receipt: %w", store.ErrNotFound)
+		}
+		return err
+	})
+	if err != nil {
+		return store.Receipt{}, fmt.Errorf("embedded: get receipt of job %s: %w", jobID, err)
+	}
+	return r, nil
 }
 
 // countCompletion updates the Stats counters and the per-minute token

@@ -47,12 +47,13 @@ var (
 	bListeners        = []byte("listeners")            // conn → Listener
 	bCounters         = []byte("counters")             // name → int64 or time
 	bTokenMinutes     = []byte("token_minutes")        // minute → completion tokens
+	bReceipts         = []byte("receipts")             // job id → Receipt, for completed jobs
 )
 
 var allBuckets = [][]byte{
 	bAccounts, bGrants, bAPIKeys, bAPIKeysByAccount, bTokens, bTokensByAccount,
 	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bAccountWindows,
-	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes,
+	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes, bReceipts,
 }
 
 // Counter keys.

@@ -20,6 +20,7 @@ var assignTests = []test{
 		got := f.assign("j1", "w1", at(50))
 		want := queued
 		want.State, want.Worker, want.WorkerAccount, want.Attempts, want.Updated = store.JobAssigned, "w1", "wa", 1, at(50)
+		want.WorkerPubkey = before.Pubkey
 		sameJob(t, "Assign result", got, want)
 		sameJob(t, "GetJob", f.getJob("j1"), want)
 		wantWorker := before
@@ -181,7 +182,7 @@ var requeueTests = []test{
 		if err != nil {
 			t.Fatalf("Requeue: %v", err)
 		}
-		if got.State != store.JobQueued || got.Worker != "" || got.WorkerAccount != "" || !got.Updated.Equal(at(20)) {
+		if got.State != store.JobQueued || got.Worker != "" || got.WorkerAccount != "" || got.WorkerPubkey != "" || !got.Updated.Equal(at(20)) {
 			t.Errorf("requeued job %+v", got)
 		}
 		sameJob(t, "GetJob", f.getJob("j1"), got)
@@ -193,7 +194,7 @@ var requeueTests = []test{
 			t.Errorf("queue %v, want [j1 j2]", q)
 		}
 		j := f.assign("j1", "w2", at(30))
-		if j.Worker != "w2" || j.WorkerAccount != "wb" || j.Attempts != 2 {
+		if j.Worker != "w2" || j.WorkerAccount != "wb" || j.WorkerPubkey != "pubkey-w2" || j.Attempts != 2 {
 			t.Errorf("reassigned job %+v, want w2/wb, attempt 2", j)
 		}
 	}},
@@ -263,7 +264,95 @@ func completion(jobID, worker string, when time.Time) store.Completion {
 	}
 }
 
+// receipt is a receipt of jobID as the gateway hands it to Complete.
+func receipt(jobID, worker string, deltas int64) *store.Receipt {
+	return &store.Receipt{JobID: jobID, WorkerPubkey: "pubkey-" + worker, Model: "m1", ModelDigest: "sha256:d1",
+		RequestSHA256: "aa" + jobID, OutputSHA256: "bb" + jobID, Deltas: deltas, PromptTokens: 10,
+		CompletionTokens: 20, FirstTokenMillis: 30, TotalMillis: 400, Signature: "sig-" + jobID}
+}
+
 var completeTests = []test{
+	{"Receipt", func(t *testing.T, f *fixture) {
+		key := f.payer("payer", 100, 0)
+		f.account("wa", 0, 0)
+		f.worker("w1", "wa", "m1")
+		f.worker("w2", "wa", "m1")
+		f.admit(key, "j1", "m1", 8, at(1))
+		f.admit(key, "failed", "m1", 8, at(2))
+		f.admit(key, "plain", "m1", 8, at(3))
+		f.assign("j1", "w1", at(4))
+		f.assign("failed", "w2", at(5))
+		c := completion("j1", "w1", at(6))
+		c.Receipt = receipt("j1", "w1", 20)
+		if err := f.s.Complete(f.ctx, c); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		want := *receipt("j1", "w1", 20)
+		want.AccountID = "payer" // the paying account, from the job
+		got, err := f.s.GetReceipt(f.ctx, "j1")
+		if err != nil || got != want {
+			t.Fatalf("GetReceipt = %+v, %v; want %+v", got, err, want)
+		}
+		// A retried Complete, even with another receipt, changes nothing.
+		again := completion("j1", "w1", at(9))
+		again.Receipt = receipt("j1", "w1", 999)
+		again.Receipt.Signature = "another"
+		if err := f.s.Complete(f.ctx, again); err != nil {
+			t.Fatalf("Complete again: %v", err)
+		}
+		if got, err := f.s.GetReceipt(f.ctx, "j1"); err != nil || got != want {
+			t.Errorf("after a retried Complete: %+v, %v; want %+v", got, err, want)
+		}
+		// A failed job has none, even when a Complete with one comes late.
+		if _, err := f.s.Fail(f.ctx, "failed", "bad_receipt", true, at(7)); err != nil {
+			t.Fatalf("Fail: %v", err)
+		}
+		late := completion("failed", "w2", at(8))
+		late.Receipt = receipt("failed", "w2", 20)
+		wantErr(t, "Complete of a failed job", f.s.Complete(f.ctx, late), store.ErrConflict)
+		// A receipt of another job is refused and stores nothing.
+		f.assign("plain", "w2", at(10))
+		wrong := completion("plain", "w2", at(11))
+		wrong.Receipt = receipt("j1", "w2", 20)
+		if err := f.s.Complete(f.ctx, wrong); err == nil {
+			t.Error("Complete took a receipt of another job")
+		}
+		if j := f.getJob("plain"); j.State != store.JobAssigned {
+			t.Errorf("job after a refused Complete: %s", j.State)
+		}
+		// Completed without a receipt: none is stored.
+		f.complete("plain", "w2", at(12))
+		for _, id := range []string{"failed", "plain", "missing"} {
+			if r, err := f.s.GetReceipt(f.ctx, id); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("GetReceipt %s = %+v, %v; want ErrNotFound", id, r, err)
+			}
+		}
+	}},
+	{"ReceiptConcurrent", func(t *testing.T, f *fixture) {
+		key := f.payer("payer", 100, 0)
+		f.account("wa", 0, 0)
+		f.admit(key, "j1", "m1", 8, at(1))
+		f.worker("w1", "wa", "m1")
+		f.assign("j1", "w1", at(2))
+		// 20 racing completions, each with its own receipt: one wins, and
+		// the stored receipt is the winner's whole, not a mix.
+		tally(t, race(20, func(i int) error {
+			c := completion("j1", "w1", at(3))
+			c.Receipt = receipt("j1", "w1", int64(i))
+			c.Receipt.Signature = fmt.Sprintf("sig-%d", i)
+			return f.s.Complete(f.ctx, c)
+		}))
+		got, err := f.s.GetReceipt(f.ctx, "j1")
+		if err != nil {
+			t.Fatalf("GetReceipt: %v", err)
+		}
+		if got.Signature != fmt.Sprintf("sig-%d", got.Deltas) {
+			t.Errorf("stored receipt %+v mixes completions", got)
+		}
+		if a := f.getAccount("wa"); a.Earned != 1 {
+			t.Errorf("earned %d, want 1", a.Earned)
+		}
+	}},
 	{"Success", func(t *testing.T, f *fixture) {
 		key := f.payer("payer", 100, 0)
 		f.account("wa", 0, 0)

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/workerd/backend"
@@ -31,9 +32,16 @@ type Backend struct {
 	hc      *http.Client
 	maxLine int
 	newID   func() string
+
+	mu sync.Mutex
+	// digests are the model digests of the last /api/tags, by name.
+	digests map[string]string
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Digester = (*Backend)(nil)
+)
 
 // Option configures a Backend.
 type Option func(*Backend)
@@ -98,21 +106,35 @@ func (b *Backend) Models(ctx context.Context) ([]string, error) {
 	defer resp.Body.Close()
 	var tags struct {
 		Models []struct {
-			Name  string `json:"name"`
-			Model string `json:"model"`
+			Name   string `json:"name"`
+			Model  string `json:"model"`
+			Digest string `json:"digest"`
 		} `json:"models"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&tags); err != nil {
 		return nil, fmt.Errorf("ollama: decode /api/tags: %w", err)
 	}
 	names := make([]string, 0, len(tags.Models))
+	digests := make(map[string]string, len(tags.Models))
 	for _, m := range tags.Models {
 		if m.Name == "" {
 			m.Name = m.Model
 		}
 		names = append(names, m.Name)
+		digests[m.Name] = m.Digest
 	}
+	b.mu.Lock()
+	b.digests = digests
+	b.mu.Unlock()
 	return names, nil
+}
+
+// ModelDigest is the digest /api/tags last gave for model (the hash of its
+// manifest, which names every layer of the weights), or "".
+func (b *Backend) ModelDigest(model string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.digests[model]
 }
 
 // Chat runs req on model with POST /api/chat, streaming.

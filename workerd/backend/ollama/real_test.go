@@ -47,6 +47,13 @@ func TestRealOllamaModels(t *testing.T) {
 	if !slices.Contains(got, tinyModel) {
 		t.Errorf("Models() = %v, want %s in it", got, tinyModel)
 	}
+	b := New(s.URL())
+	if _, err := b.Models(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := b.ModelDigest(tinyModel); len(d) != 64 {
+		t.Errorf("ModelDigest = %q, want Ollama's 64-hex manifest digest", d)
+	}
 }
 
 // TestRealOllamaDeterministic: at temperature 0, or with a seed, the

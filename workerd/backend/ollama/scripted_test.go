@@ -209,11 +209,24 @@ func TestScriptedOllamaModels(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
-		io.WriteString(w, `{"models":[{"name":"llama3:8b","model":"llama3:8b","size":1},{"model":"only-model:latest"}]}`)
+		io.WriteString(w, `{"models":[{"name":"llama3:8b","model":"llama3:8b","size":1,"digest":"365c0bd3c000a25d28ddbf732fe1c6add414de7275464c4e4d1c3b5fcb5d8ad1"},{"model":"only-model:latest"}]}`)
 	}))
 	defer srv.Close()
-	got, err := New(srv.URL + "/").Models(context.Background())
+	b := New(srv.URL + "/")
+	if d := b.ModelDigest("llama3:8b"); d != "" {
+		t.Errorf("digest %q before any listing", d)
+	}
+	got, err := b.Models(context.Background())
 	if err != nil || strings.Join(got, ",") != "llama3:8b,only-model:latest" {
 		t.Errorf("Models() = %v, %v", got, err)
+	}
+	for model, want := range map[string]string{
+		"llama3:8b":         "365c0bd3c000a25d28ddbf732fe1c6add414de7275464c4e4d1c3b5fcb5d8ad1",
+		"only-model:latest": "", // the server gave none
+		"absent":            "",
+	} {
+		if d := b.ModelDigest(model); d != want {
+			t.Errorf("ModelDigest(%q) = %q, want %q", model, d, want)
+		}
 	}
 }

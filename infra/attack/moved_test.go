@@ -1,0 +1,65 @@
+package attack_test
+
+// Found in review: a worker a job moved away from still holds a valid
+// ticket for it. It must not be able to fill the job's buffers (and have
+// the bounds blame the job's new, honest worker), nor take the job back.
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// TestMovedAwayWorkerFloods: Mallory's worker takes her job, fails it
+// before any token (so it moves to an honest worker, and is not handed to
+// Mallory's worker again), then floods the job with 100 KB chunks under its
+// old ticket while the honest worker serves it. Before, the flood counted
+// toward the job's mailbox, the overflow was blamed on the honest worker,
+// which was cut off unpaid, and the job was refunded after the client had
+// the reply. Now the moved-away worker's messages are dropped: the honest
+// reply arrives whole, charged, the honest worker paid and still
+// connected.
+func TestMovedAwayWorkerFloods(t *testing.T) {
+	e := newEnv(t, options{})
+	mallory, honestAcct := e.newAccount("mallory", 1000), e.newAccount("honest", 0)
+	h := e.hostileWorker(mallory)
+	c := e.start(mallory.apiKey, chatBody("serve me twice", true))
+	j := h.nextJob()
+
+	gate := make(chan struct{})
+	hw := e.honestWorker(honestAcct, gated(gate, "first", " second", " third"))
+	if err := h.send(&relaymsg.Fail{Job: j.Job, To: j.ReplyTo, Seq: 0, Code: "backend_error", Ticket: j.Ticket}); err != nil {
+		t.Fatalf("fail: %v", err)
+	}
+	hw.waitStarted(t)
+	big := strings.Repeat("x", 100<<10)
+	for i := range 120 {
+		if err := h.chunk(j, int64(1+i), big); err != nil {
+			break // cut off: also fine, as long as the honest job is untouched
+		}
+	}
+	close(gate)
+	r := c.wait(t)
+	if !r.ok() || r.Content != "first second third" || !r.Done {
+		t.Errorf("reply: %s; want the honest worker's whole reply", r)
+	}
+	job := e.expectCharged(r.ID)
+	if job.WorkerAccount != honestAcct.id {
+		t.Errorf("the job was completed by %q, want the honest worker", job.WorkerAccount)
+	}
+	e.expectEarned(honestAcct, earning)
+	e.expectEarned(mallory, 0)
+	for _, w := range e.workersOf(honestAcct) {
+		if !w.Registered {
+			t.Errorf("the honest worker %s is no longer registered", w.Conn)
+		}
+	}
+	if n := len(e.workersOf(honestAcct)); n != 1 {
+		t.Errorf("the honest worker has %d connections, want 1 (it was cut off?)", n)
+	}
+	if got := e.job(r.ID); got.State != store.JobDone {
+		t.Errorf("job %s, want done", got.State)
+	}
+}
