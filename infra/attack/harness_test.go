@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -37,7 +36,6 @@ import (
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/store"
-	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/dynamotest"
 	"github.com/c0mpute/c0mpute/workerd/agent"
@@ -80,20 +78,8 @@ func testLog(t testing.TB) *slog.Logger {
 }
 
 // openStore opens the store the suite runs on: the embedded store, or with
-// C0MPUTE_STORE=dynamodb a fresh table on DynamoDB Local (scripts/test runs
-// the suite both ways).
-func openStore(t testing.TB) store.Store {
-	t.Helper()
-	if os.Getenv("C0MPUTE_STORE") == "dynamodb" {
-		return dynamotest.Store(t)
-	}
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "c0.db"), embedded.WithNoSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+// C0MPUTE_STORE=dynamodb a fresh table on DynamoDB Local.
+func openStore(t testing.TB) store.Store { return dynamotest.SuiteStore(t) }
 
 // options change a stack from the defaults.
 type options struct {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/store"
-	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/dynamotest"
 	"github.com/c0mpute/c0mpute/infra/ollamatest"
@@ -103,20 +101,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 }
 
 // openStore opens the store the suite runs on: the embedded store, or with
-// C0MPUTE_STORE=dynamodb a fresh table on DynamoDB Local (scripts/test runs
-// the suite both ways).
-func openStore(t testing.TB) store.Store {
-	t.Helper()
-	if os.Getenv("C0MPUTE_STORE") == "dynamodb" {
-		return dynamotest.Store(t)
-	}
-	st, err := embedded.Open(filepath.Join(t.TempDir(), "c0.db"), embedded.WithNoSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+// C0MPUTE_STORE=dynamodb a fresh table on DynamoDB Local.
+func openStore(t testing.TB) store.Store { return dynamotest.SuiteStore(t) }
 
 // worker is an in-process workerd.
 type worker struct {

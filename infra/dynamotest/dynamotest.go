@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/store/dynamo"
+	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/schema"
 	"github.com/c0mpute/c0mpute/infra/testenv"
 )
@@ -162,4 +165,24 @@ func (c *Counting) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemIn
 func (c *Counting) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	c.add("TransactWriteItems")
 	return c.Client.TransactWriteItems(ctx, in, o...)
+}
+
+// EnvStore names the store end-to-end suites run on: "dynamodb" for a
+// fresh table on DynamoDB Local, anything else for the embedded store.
+// scripts/test runs those suites both ways.
+const EnvStore = "C0MPUTE_STORE"
+
+// SuiteStore opens the store an end-to-end suite runs on (see EnvStore),
+// closed when the test ends.
+func SuiteStore(t testing.TB) store.Store {
+	t.Helper()
+	if os.Getenv(EnvStore) == "dynamodb" {
+		return Store(t)
+	}
+	st, err := embedded.Open(filepath.Join(t.TempDir(), "c0.db"), embedded.WithNoSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
