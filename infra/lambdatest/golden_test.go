@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -198,49 +197,8 @@ func TestFunctionURLBodyHeaders(t *testing.T) {
 // byte for byte the file at that path in the aws-lambda-go module go.mod
 // requires, which must still be awsModuleVersion.
 func TestCapturesAreVerbatim(t *testing.T) {
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		testenv.Missing(t, "go command", err.Error())
-	}
-	out, err := exec.Command(goCmd, "list", "-m", "-json", awsModule).Output()
-	if err != nil {
-		t.Fatalf("go list -m %s: %v", awsModule, err)
-	}
-	var mod struct{ Version, Dir string }
-	if err := json.Unmarshal(out, &mod); err != nil {
-		t.Fatal(err)
-	}
-	if mod.Version != awsModuleVersion {
-		t.Fatalf("go.mod requires %s %s; the captures are copies from %s: copy them again from the new version and update testdata/README.md",
-			awsModule, mod.Version, awsModuleVersion)
-	}
-	if mod.Dir == "" {
-		testenv.Missing(t, awsModule+" in the module cache", "go mod download "+awsModule)
-	}
 	root := filepath.Join("testdata", "aws-lambda-go")
-	var n int
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		ours, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		theirs, err := os.ReadFile(filepath.Join(mod.Dir, rel))
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(ours, theirs) {
-			t.Errorf("%s differs from %s@%s/%s", path, awsModule, mod.Version, filepath.ToSlash(rel))
-		}
-		n++
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := testenv.VerbatimCopies(t, awsModule, awsModuleVersion, root)
 	// Every fixture's source is among the copies.
 	for _, f := range fixtures {
 		if f.source != "" {
@@ -249,7 +207,7 @@ func TestCapturesAreVerbatim(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d captures match %s@%s", n, awsModule, mod.Version)
+	t.Logf("%d captures match %s@%s", n, awsModule, awsModuleVersion)
 }
 
 // TestKeeperEventIsTheSchedulesInput: AWS has no capture of a Scheduler

@@ -1,14 +1,11 @@
 package relay
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -297,49 +294,8 @@ func jsonKind(v any) string {
 // byte for byte the files at those paths in the aws-lambda-go module
 // go.mod requires, which must still be awsModuleVersion.
 func TestCapturesAreVerbatim(t *testing.T) {
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		testenv.Missing(t, "go command", err.Error())
-	}
-	out, err := exec.Command(goCmd, "list", "-m", "-json", awsModule).Output()
-	if err != nil {
-		t.Fatalf("go list -m %s: %v", awsModule, err)
-	}
-	var mod struct{ Version, Dir string }
-	if err := json.Unmarshal(out, &mod); err != nil {
-		t.Fatal(err)
-	}
-	if mod.Version != awsModuleVersion {
-		t.Fatalf("go.mod requires %s %s; the captures are copies from %s: copy them again and update testdata/README.md",
-			awsModule, mod.Version, awsModuleVersion)
-	}
-	if mod.Dir == "" {
-		testenv.Missing(t, awsModule+" in the module cache", "go mod download "+awsModule)
-	}
 	root := filepath.Join("testdata", "aws-lambda-go")
-	n := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		ours, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		theirs, err := os.ReadFile(filepath.Join(mod.Dir, rel))
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(ours, theirs) {
-			t.Errorf("%s differs from %s@%s/%s", path, awsModule, mod.Version, filepath.ToSlash(rel))
-		}
-		n++
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := testenv.VerbatimCopies(t, awsModule, awsModuleVersion, root)
 	if n != len(eventShapes) {
 		t.Errorf("%d captures, %d routes", n, len(eventShapes))
 	}
