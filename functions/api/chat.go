@@ -175,6 +175,9 @@ type jobRun struct {
 	requestHash string
 	// excluded are workers this job may not go to again: they failed it.
 	excluded map[string]bool
+	// next is a worker the job was already assigned to when its last
+	// worker failed it (moveNow).
+	next string
 }
 
 // exclusions lists the workers the job may not be assigned to again.
@@ -227,6 +230,10 @@ func (j *jobRun) serve(ctx context.Context) error {
 // once the answer is written).
 func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) {
 	s := j.s
+	if j.next != "" { // moved at once to a worker already claimed
+		j.worker, j.next = j.next, ""
+		return true, nil
+	}
 	assigned, ok, err := s.dispatch.Assign(jobCtx, j.job, j.exclusions()...)
 	if err != nil {
 		return false, j.end(clientCtx, "store_error", fmt.Errorf("dispatch: %w", err))
@@ -536,21 +543,44 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 			// worker that registered a model it cannot run is cut off
 			// first, so it is not handed the job (or the next) again.
 			if m.Code == relaymsg.FailModelNotServed {
-				lost := j.worker
-				j.dropWorker(lost, true)
+				j.dropWorker(j.worker, true)
 			}
 			if j.excluded == nil {
 				j.excluded = map[string]bool{}
 			}
 			j.excluded[j.worker] = true
-			res, err := j.retry(clientCtx)
-			return res, true, err
+			if j.moveNow(clientCtx) {
+				return outcomeRetry, true, nil
+			}
+			// No other worker is idle: the worker's answer is the reply
+			// (a request this backend cannot serve gets its reason now,
+			// not a 503 after the queue wait).
 		}
 		j.s.settleFailure(j.job.ID, "worker_error", true)
 		return outcomeFailed, true, j.out.fail(&oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer,
 			Code: "worker_error", Message: "The worker could not complete the request (" + m.Code + "). The request was not charged."})
 	}
 	return 0, false, nil
+}
+
+// moveNow hands a job its worker failed before any token to another idle
+// worker at once, if there is one (the next runOnWorker uses it); false
+// leaves the job to be failed.
+func (j *jobRun) moveNow(clientCtx context.Context) bool {
+	s := j.s
+	ctx := context.WithoutCancel(clientCtx)
+	if _, err := s.store.Requeue(ctx, j.job.ID, j.worker, s.now()); err != nil {
+		s.log.Warn("requeue after a worker's failure", "job", j.job.ID, "err", err)
+		return false
+	}
+	assigned, ok, err := s.dispatch.Assign(ctx, j.job, j.exclusions()...)
+	if err != nil || !ok {
+		return false
+	}
+	j.worker, j.next = "", assigned.Worker
+	j.workerPubkey = assigned.WorkerPubkey
+	j.out.reset()
+	return true
 }
 
 // retry moves the job to another worker if nothing reached the client yet;

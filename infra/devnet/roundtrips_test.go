@@ -59,11 +59,27 @@ func TestHotPathRoundTrips(t *testing.T) {
 	background := map[string]int{"GetItem WORKER": 1, "Query index": 4} // the worker's models; its queue shards
 	want := maps.Clone(hot)
 	maps.Copy(want, background)
-	for i := range 2 {
-		request()
-		if got := counting.Take(); !maps.Equal(got, want) {
-			keys := slices.Sorted(maps.Keys(got))
-			t.Errorf("warm request %d: calls %v (%v), want hot path %v plus background %v", i+1, got, keys, hot, background)
+	// Two warm requests in a row must count exactly that. On a loaded
+	// machine a background dispatch can still overlap the next request
+	// (it reads the queue, finds the next job, and spends a claim and a
+	// job read losing it to the request's own Assign): that is off the
+	// request's path, but lands in its count, so a pair is tried again,
+	// up to five times; every try is logged.
+	for try := 1; ; try++ {
+		exact := true
+		for i := range 2 {
+			request()
+			if got := counting.Take(); !maps.Equal(got, want) {
+				exact = false
+				t.Logf("try %d, warm request %d: calls %v (%v), want hot path %v plus background %v",
+					try, i+1, got, slices.Sorted(maps.Keys(got)), hot, background)
+			}
+		}
+		if exact {
+			return
+		}
+		if try == 5 {
+			t.Fatalf("no pair of warm requests in %d made exactly the hot path's calls (see the log)", try)
 		}
 	}
 }
