@@ -473,3 +473,33 @@ func FuzzParseAuthorization(f *testing.F) {
 		}
 	})
 }
+
+// Two relays whose credentials share a key id but not the secret (the
+// Lambda emulator tests run several with one fixed key id) each accept only
+// calls signed with their own secret, whichever verified first: a signing
+// key cached under the key id alone must not answer for another relay's
+// secret.
+func TestSigningKeysAreRelaysOwn(t *testing.T) {
+	now := time.Now()
+	var mgmts []string
+	secrets := []string{testSecret, testSecret + "-other"}
+	for _, secret := range secrets {
+		r := New(&recorder{}, WithCredentials(testKeyID, secret))
+		mgmt := httptest.NewServer(r.Management())
+		t.Cleanup(mgmt.Close)
+		t.Cleanup(func() { _ = r.Close() })
+		mgmts = append(mgmts, mgmt.URL)
+	}
+	for round := range 2 {
+		for i, url := range mgmts {
+			for j, secret := range secrets {
+				req := signed(t, "GET", url+"/@connections/AAAAAAAAAAAAAAA=", nil,
+					aws.Credentials{AccessKeyID: testKeyID, SecretAccessKey: secret}, now, "execute-api")
+				got := do(t, req)
+				if accepted := got.status != http.StatusForbidden; accepted != (i == j) {
+					t.Errorf("round %d: relay %d, signed with secret %d: %+v", round, i, j, got)
+				}
+			}
+		}
+	}
+}

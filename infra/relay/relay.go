@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // API Gateway WebSocket quotas, from "Amazon API Gateway quotas for
@@ -169,6 +170,12 @@ type Relay struct {
 	pending map[string]struct{} // ids whose $connect is running
 	closed  bool
 	wg      sync.WaitGroup // one per WebSocket request being served
+	// signer verifies management calls. It caches the signing keys it
+	// derives (four HMACs per key id, day, region and service) under the
+	// key id alone, which is why it is this relay's, whose credentials are
+	// fixed: shared across relays, one relay's secret would answer for
+	// another's with the same key id.
+	signer *v4.Signer
 }
 
 // New returns a relay that sends every event to h.
@@ -184,6 +191,7 @@ func New(h Handler, opts ...Option) *Relay {
 		apiID:        "local",
 		now:          time.Now,
 		conns:        make(map[string]*conn),
+		signer:       v4.NewSigner(),
 		pending:      make(map[string]struct{}),
 	}
 	for _, o := range opts {

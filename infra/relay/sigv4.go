@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // SignatureSkew is how far a management call's X-Amz-Date may be from the
@@ -214,11 +213,6 @@ func checkSkew(signedAt, now time.Time) *refusal {
 	return nil
 }
 
-// signer is shared: it caches the signing keys it derives (four HMACs per
-// credential, day, region and service), which every management call under
-// one set of credentials would otherwise derive again.
-var signer = v4.NewSigner()
-
 // sign returns the signature the configured credentials give the request
 // as the client described it in a.
 func (r *Relay) sign(req *http.Request, a authorization, signedAt time.Time, body []byte) (string, error) {
@@ -248,7 +242,7 @@ func (r *Relay) sign(req *http.Request, a authorization, signedAt time.Time, bod
 	}
 	sum := sha256.Sum256(body)
 	creds := aws.Credentials{AccessKeyID: r.accessKeyID, SecretAccessKey: r.secretAccessKey}
-	if err := signer.SignHTTP(context.Background(), creds, clone, hex.EncodeToString(sum[:]),
+	if err := r.signer.SignHTTP(context.Background(), creds, clone, hex.EncodeToString(sum[:]),
 		a.service, a.region, signedAt); err != nil {
 		return "", fmt.Errorf("relay: sign %s %s: %w", req.Method, u, err)
 	}
