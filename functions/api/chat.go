@@ -127,6 +127,11 @@ const (
 	maxReplyBytes = 8 << 20
 )
 
+// clientStall is how long one write to the client must have blocked for a
+// mailbox overflow to be the client's doing (it stopped reading) rather than
+// the worker's (it flooded faster than any client takes messages).
+const clientStall = time.Second
+
 // maxGoneRetries bounds the moves of a job away from workers whose
 // connection turned out to be gone before the job reached them: those do
 // not use up the job's attempts (the job never ran), but a store that keeps
@@ -165,6 +170,9 @@ type jobRun struct {
 	replyBytes int64
 	// postedAt is when the job was posted to the current worker.
 	postedAt time.Time
+	// slowestWrite is the longest one write of the reply to the client
+	// took: a client that reads blocks no write for long.
+	slowestWrite time.Duration
 	// workerPubkey is the identity the store recorded for the current
 	// worker at Assign: its receipt must be signed with that key.
 	workerPubkey string
@@ -365,10 +373,17 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 					return res, err
 				}
 				if errors.Is(m, listener.ErrOverflow) {
-					// The client did not take the reply as fast as its
-					// worker sent it (only the current worker's messages
-					// count): like a client that left, it is charged and
-					// the worker is stopped.
+					// More of the current worker's messages waited than a
+					// mailbox holds. If writing to the client stalled, the
+					// client stopped reading: like a client that left, it
+					// is charged and the worker stopped. If the client took
+					// every write at once, the worker outran it with a
+					// flood of small messages: the worker broke the
+					// protocol, and the client is not charged for it.
+					if j.slowestWrite < clientStall {
+						res, _, err := j.brokeProtocol(clientCtx, "a flood of messages")
+						return res, err
+					}
 					s.log.Warn("reply overflowed its mailbox", "job", j.job.ID, "worker", j.worker)
 					j.cancelOnWorker()
 					j.s.settleFailure(j.job.ID, "client_slow", false)
@@ -524,10 +539,12 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 			if j.replyBytes > maxReplyBytes {
 				return j.brokeProtocol(clientCtx, "reply larger than any request can ask for")
 			}
+			wrote := time.Now()
 			if err := j.out.delta(d); err != nil {
 				// The client is gone mid-stream.
 				return outcomeFailed, true, j.end(clientCtx, "client_gone", nil)
 			}
+			j.slowestWrite = max(j.slowestWrite, time.Since(wrote))
 		}
 		return 0, false, nil
 	case *relaymsg.Done:

@@ -130,12 +130,15 @@ func (d *Dispatcher) Released(conn string, milliTokPerSec int64) {
 	d.idle.release(conn, milliTokPerSec)
 }
 
-// Registered drops this dispatcher's cached idle lists of the models a
-// worker just registered for: the next Assign reads them from the store and
-// finds the new worker. Other processes see it when their lists expire
-// (idleTTL).
-func (d *Dispatcher) Registered(models []string) {
-	d.idle.invalidate(models)
+// Registered puts a worker that just registered into this dispatcher's
+// cached idle lists of its models, so the next Assign can pick it without a
+// store read. Other processes see it when their lists expire (idleTTL). A
+// worker that registers again (a hostile one may, in a loop) changes
+// nothing: it is listed once, and no list is dropped.
+func (d *Dispatcher) Registered(w store.Worker) {
+	if w.Registered && w.State == store.WorkerIdle && !w.Draining {
+		d.idle.add(w)
+	}
 }
 
 // Forget drops a worker from every cache of this dispatcher: its

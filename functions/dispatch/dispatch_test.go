@@ -164,3 +164,25 @@ func TestLostClaimKeepsAWorkerThatCameBack(t *testing.T) {
 		t.Fatalf("list %v, want the worker once", list)
 	}
 }
+
+// A registration lists the worker in the cached idle lists of its models at
+// once, and only once however often it registers again; a busy or draining
+// registration lists nothing.
+func TestRegisteredListsTheWorkerOnce(t *testing.T) {
+	d := &Dispatcher{}
+	now := time.Now()
+	d.idle.set("m", []store.Worker{{Conn: "old", Models: []string{"m"}}}, now)
+	w := store.Worker{Conn: "new", Models: []string{"m", "uncached"}, Registered: true, State: store.WorkerIdle}
+	for range 100 {
+		d.Registered(w)
+	}
+	d.Registered(store.Worker{Conn: "busy", Models: []string{"m"}, Registered: true, State: store.WorkerBusy})
+	d.Registered(store.Worker{Conn: "draining", Models: []string{"m"}, Registered: true, State: store.WorkerIdle, Draining: true})
+	list, _ := d.idle.take("m", now)
+	if len(list) != 2 || list[1].Conn != "new" {
+		t.Fatalf("cached list %v, want old and new once", list)
+	}
+	if got, _ := d.idle.take("uncached", now); got != nil {
+		t.Errorf("a model with no cached list got one: %v", got)
+	}
+}

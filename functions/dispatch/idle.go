@@ -14,7 +14,7 @@ import (
 // an exhausted list is always read again before a job is left queued. What
 // the TTL bounds is how long a newly registered worker, or a changed speed,
 // goes unseen by a dispatcher in another process (the one whose relay
-// function saw the registration drops its lists at once: Registered) — and
+// function saw the registration lists the worker at once: Registered) — and
 // it saves the hot path a store read per request.
 const idleTTL = 5 * time.Second
 
@@ -113,13 +113,7 @@ func (c *idleCache) release(conn string, milliTokPerSec int64) {
 	if milliTokPerSec > 0 {
 		w.MilliTokPerSec = milliTokPerSec
 	}
-	c.cameBack(conn)
-	for _, m := range w.Models {
-		// A list read from the store meanwhile may hold it already.
-		if l := c.byModel[m]; l != nil && !slices.ContainsFunc(l.workers, func(x store.Worker) bool { return x.Conn == conn }) {
-			l.workers = append(l.workers, w)
-		}
-	}
+	c.list(w)
 }
 
 // forget removes a worker from every list and from the lent set.
@@ -132,11 +126,20 @@ func (c *idleCache) forget(conn string) {
 	delete(c.lent, conn)
 }
 
-// invalidate drops the cached lists of models.
-func (c *idleCache) invalidate(models []string) {
+// add lists a worker in the cached lists of its models.
+func (c *idleCache) add(w store.Worker) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, m := range models {
-		delete(c.byModel, m)
+	c.list(w)
+}
+
+// list puts w in each cached list of its models it is not in yet (a list
+// read from the store meanwhile may hold it already); c.mu is held.
+func (c *idleCache) list(w store.Worker) {
+	c.cameBack(w.Conn)
+	for _, m := range w.Models {
+		if l := c.byModel[m]; l != nil && !slices.ContainsFunc(l.workers, func(x store.Worker) bool { return x.Conn == w.Conn }) {
+			l.workers = append(l.workers, w)
+		}
 	}
 }

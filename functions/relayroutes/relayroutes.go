@@ -55,9 +55,9 @@ type Connections interface {
 // Dispatcher starts dispatch for models.
 type Dispatcher interface {
 	Dispatch(ctx context.Context, models []string) (int, error)
-	// Registered says a worker now serves models, so that cached idle
-	// lists of this process include it at once.
-	Registered(models []string)
+	// Registered says a worker now serves its models, so that cached
+	// idle lists of this process include it at once.
+	Registered(w store.Worker)
 }
 
 // Handler serves the relay routes.
@@ -317,7 +317,7 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 	// A worker that registers takes the oldest waiting job at once, and
 	// is seen by this process's next request without waiting for its
 	// cached idle lists to expire.
-	h.Dispatch.Registered(models)
+	h.Dispatch.Registered(w)
 	if _, err := h.Dispatch.Dispatch(ctx, models); err != nil {
 		h.Log.Error("dispatch on registration", "conn", conn, "err", err)
 	}
