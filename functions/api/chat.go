@@ -432,7 +432,7 @@ var errWorkerBroke = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire
 // deliver a connection's messages out of order. What waits for a gap to
 // close is bounded; a worker past the bounds is cut off.
 func (j *jobRun) ordered(clientCtx context.Context, m any) (outcome, bool, error) {
-	from, seq := sender(m)
+	from, seq, _ := relaymsg.Sender(m)
 	if from != j.worker || seq < j.seq {
 		return 0, false, nil // not from our worker, or a duplicate
 	}
@@ -491,18 +491,6 @@ func (j *jobRun) dropWorker(conn string, cut bool) {
 			s.log.Warn("close worker connection", "worker", conn, "err", err)
 		}
 	}
-}
-
-func sender(m any) (string, int64) {
-	switch m := m.(type) {
-	case *relaymsg.Chunk:
-		return m.From, m.Seq
-	case *relaymsg.Done:
-		return m.From, m.Seq
-	case *relaymsg.Fail:
-		return m.From, m.Seq
-	}
-	return "", -1
 }
 
 // messageBytes is the text a worker message carries, for the bounds.

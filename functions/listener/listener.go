@@ -393,7 +393,7 @@ func (b *Mailbox) put(m any, size int) {
 	case b.overflow:
 		b.mu.Unlock()
 		return
-	case b.worker != "" && workerOf(m) != "" && workerOf(m) != b.worker:
+	case b.worker != "" && fromOther(m, b.worker):
 		b.mu.Unlock()
 		return
 	case len(b.queue) >= mailboxMessages || b.bytes+size > mailboxBytes:
@@ -419,17 +419,11 @@ func (b *Mailbox) put(m any, size int) {
 	}
 }
 
-// workerOf is the sender of a worker's message, or "".
-func workerOf(m any) string {
-	switch m := m.(type) {
-	case *relaymsg.Chunk:
-		return m.From
-	case *relaymsg.Done:
-		return m.From
-	case *relaymsg.Fail:
-		return m.From
-	}
-	return ""
+// fromOther reports whether m is a worker's chunk, done or fail sent by
+// someone other than worker.
+func fromOther(m any, worker string) bool {
+	from, _, ok := relaymsg.Sender(m)
+	return ok && from != worker
 }
 
 // Pop returns the next message, if one is there: a *relaymsg.Assign, Lost,

@@ -113,6 +113,21 @@ type Done struct {
 // not serve (any more): the gateway moves the job and cuts the worker off.
 const FailModelNotServed = "model_not_served"
 
+// Sender returns who sent a worker's chunk, done or fail (From, set by the
+// relay) and its place in the job's sequence; ok is false for any other
+// message.
+func Sender(m any) (from string, seq int64, ok bool) {
+	switch m := m.(type) {
+	case *Chunk:
+		return m.From, m.Seq, true
+	case *Done:
+		return m.From, m.Seq, true
+	case *Fail:
+		return m.From, m.Seq, true
+	}
+	return "", 0, false
+}
+
 // Fail ends a job with an error on the worker's side.
 type Fail struct {
 	Header
