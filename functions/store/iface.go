@@ -75,8 +75,11 @@ type Store interface {
 	// Complete marks a job assigned to c.Worker done, frees the worker
 	// and records its speed, credits c.Earning to the worker's account
 	// (Job.WorkerAccount, so it works after the worker disconnected) and
-	// counts the tokens, and stores c.Receipt (if any) with the job's
-	// account, all at once. Completing a done job again is nil and changes
+	// counts the tokens, stores c.Receipt (if any) with the job's
+	// account, and counts the job, its earning and the speed (when
+	// measured) in the reputation of the worker's identity
+	// (Job.WorkerPubkey on Job.WorkerAccount; a canary counts nowhere
+	// there: its verdict does), all at once. Completing a done job again is nil and changes
 	// nothing, the receipt included; completing a failed job is
 	// ErrConflict; an earning above the job's price, or a receipt of
 	// another job, is an error and changes nothing.
@@ -91,19 +94,26 @@ type Store interface {
 	// job is ErrConflict. It returns the job as stored.
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (Job, error)
 
-	// PutWorker stores a newly connected worker (not yet registered);
-	// ErrExists if the connection is already known, ErrRevoked if its
+	// PutWorker stores a newly connected worker (not yet registered),
+	// with the standing of its identity (Pubkey on AccountID) and of its
+	// token, the worse of the two (Standing, and Strikes of the identity,
+	// are set by the store, whatever w says); ErrBanned if either is
+	// banned. It creates the identity's reputation if it is new there
+	// (FirstSeen), else sets its LastSeen and TokenHash. ErrExists if the
+	// connection is already known, ErrRevoked if its
 	// worker token (TokenHash) exists and is revoked — so that a revoke
 	// racing a connect never misses the new connection — and ErrLimit if
 	// MaxConnsPerToken workers are already connected on that token (the
 	// count is exact under concurrency: a connect burst cannot exceed it;
 	// a worker without a TokenHash counts against no token).
 	PutWorker(ctx context.Context, w Worker) error
-	// RegisterWorker records the models a connected worker serves and
-	// makes it eligible; ErrNotFound if the connection is unknown,
-	// ErrRevoked if its worker token was revoked meanwhile (a revoke that
-	// raced the connect: the caller closes the connection).
-	RegisterWorker(ctx context.Context, conn string, models []string) (Worker, error)
+	// RegisterWorker records the models a connected worker serves, with
+	// their capabilities (caps, by model id; nil or a missing model is
+	// plain chat only), and makes it eligible; ErrNotFound if the
+	// connection is unknown, ErrRevoked if its worker token was revoked
+	// meanwhile (a revoke that raced the connect: the caller closes the
+	// connection).
+	RegisterWorker(ctx context.Context, conn string, models []string, caps map[string]Caps) (Worker, error)
 	// DrainWorker stops new jobs going to a worker; its current job runs
 	// on. ErrNotFound if the connection is unknown.
 	DrainWorker(ctx context.Context, conn string) (Worker, error)
@@ -123,6 +133,26 @@ type Store interface {
 	PutListener(ctx context.Context, l Listener) error
 	GetListener(ctx context.Context, conn string) (Listener, error)
 	DeleteListener(ctx context.Context, conn string) error
+
+	// Judge applies a verdict to the reputation of v.Pubkey on
+	// v.AccountID (created if new) and of its token v.TokenHash, at once
+	// and once per (v.JobID, v.Pubkey): a retry returns the reputation as
+	// it is and changes nothing. The identity's counts and standing follow
+	// Reputation.Judged, the token's TokenStanding; a passed canary's
+	// Earning is credited to the account (Account.Earned) in the same
+	// write; the live worker v.Conn, if it exists, takes the new standing
+	// (the worse of identity's and token's) and strikes.
+	Judge(ctx context.Context, v Verdict) (Reputation, error)
+	// GetReputation returns an identity's reputation on an account;
+	// ErrNotFound if it never connected there.
+	GetReputation(ctx context.Context, accountID, pubkey string) (Reputation, error)
+	// Reputations lists the identities that ever connected on an
+	// account, or on every account when accountID is "" (the operator's
+	// view), ordered by account then pubkey.
+	Reputations(ctx context.Context, accountID string) ([]Reputation, error)
+	// SetTrusted marks an identity as one of the operator's reference
+	// workers (or unmarks it); ErrNotFound if it never connected there.
+	SetTrusted(ctx context.Context, accountID, pubkey string, trusted bool) error
 
 	// Stats returns network figures as of now.
 	Stats(ctx context.Context, now time.Time) (Stats, error)

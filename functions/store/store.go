@@ -32,6 +32,8 @@ var (
 	// ErrLimit means an account already holds the maximum number of active
 	// keys or worker tokens.
 	ErrLimit = errors.New("store: limit reached")
+	// ErrBanned means the worker identity or its worker token is banned.
+	ErrBanned = errors.New("store: banned")
 )
 
 // MaxActiveKeys is the most active API keys or worker tokens one account may
@@ -129,6 +131,44 @@ type Job struct {
 	FailReason       string `json:"fail_reason,omitempty"`
 	PromptTokens     int64  `json:"prompt_tokens,omitempty"`
 	CompletionTokens int64  `json:"completion_tokens,omitempty"`
+	// Canary marks a job the gateway made itself to check a worker's work
+	// (functions/canary). Workers never see it; dispatch gives a
+	// quarantined worker canaries and nothing else.
+	Canary bool `json:"canary,omitempty"`
+	// Target, when set, is the only worker connection the job may be
+	// assigned to: a canary aimed at the worker under test.
+	Target string `json:"target,omitempty"`
+	// Needs is what a worker must support to serve the job.
+	Needs Needs `json:"needs,omitzero"`
+}
+
+// Needs is what a request asks of the worker that serves it.
+type Needs struct {
+	Vision         bool `json:"vision,omitempty"`
+	Tools          bool `json:"tools,omitempty"`
+	ResponseFormat bool `json:"response_format,omitempty"`
+	// Context is the fewest context tokens the request needs (its prompt
+	// estimated from its bytes, plus max_tokens); 0 means no need known.
+	Context int64 `json:"context,omitempty"`
+}
+
+// Caps is what a worker's backend supports for one model, as the worker
+// registered it. A worker that registered none for a model serves plain
+// chat only (no vision, tools or response_format; context unknown).
+type Caps struct {
+	Vision         bool `json:"vision,omitempty"`
+	Tools          bool `json:"tools,omitempty"`
+	ResponseFormat bool `json:"response_format,omitempty"`
+	// Context is the model's context length in tokens; 0 is unknown,
+	// which serves any need.
+	Context int64 `json:"context,omitempty"`
+}
+
+// Serves reports whether a worker with these capabilities can serve a job
+// with needs n.
+func (c Caps) Serves(n Needs) bool {
+	return (!n.Vision || c.Vision) && (!n.Tools || c.Tools) && (!n.ResponseFormat || c.ResponseFormat) &&
+		(c.Context == 0 || n.Context <= c.Context)
 }
 
 // WorkerState says whether a worker can take a job.
@@ -162,6 +202,15 @@ type Worker struct {
 	// rolling their connection or shutting down.
 	Draining    bool      `json:"draining,omitempty"`
 	ConnectedAt time.Time `json:"connected_at"`
+	// Caps are the capabilities the worker registered, per model id.
+	Caps map[string]Caps `json:"caps,omitempty"`
+	// Standing is the worse of its identity's and its token's standing
+	// (active or quarantined: a banned one cannot connect), as of its
+	// connect and every verdict on this connection since; Strikes are
+	// its identity's. Dispatch reads them: a quarantined worker gets
+	// canaries only, and strikes lower its weight.
+	Standing Standing `json:"standing,omitempty"`
+	Strikes  int64    `json:"strikes,omitempty"`
 }
 
 // Serves reports whether the worker registered the model.
@@ -173,6 +222,15 @@ func (w Worker) Serves(model string) bool {
 	}
 	return false
 }
+
+// CanServe reports whether the worker registered the model with the
+// capabilities a job needs.
+func (w Worker) CanServe(model string, n Needs) bool {
+	return w.Serves(model) && w.Caps[model].Serves(n)
+}
+
+// Quarantined reports whether the worker may take canaries only.
+func (w Worker) Quarantined() bool { return w.Standing == StandingQuarantined || w.Standing == StandingBanned }
 
 // Listener is an API instance's relay connection.
 type Listener struct {
