@@ -38,6 +38,9 @@ type Store interface {
 	GetReceipt(ctx context.Context, jobID string) (store.Receipt, error)
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
 	GetWorker(ctx context.Context, conn string) (store.Worker, error)
+	Judge(ctx context.Context, v store.Verdict) (store.Reputation, error)
+	GetReputation(ctx context.Context, accountID, pubkey string) (store.Reputation, error)
+	Reputations(ctx context.Context, accountID string) ([]store.Reputation, error)
 	DeleteWorker(ctx context.Context, conn string) (store.Worker, error)
 	Workers(ctx context.Context) ([]store.Worker, error)
 	Stats(ctx context.Context, now time.Time) (store.Stats, error)
@@ -52,6 +55,8 @@ type Dispatcher interface {
 	Released(conn string, milliTokPerSec int64)
 	// Forget drops a worker that is gone or cut off from every cache.
 	Forget(conn string)
+	// Judged updates the cached standing of a worker after a verdict.
+	Judged(conn string, standing store.Standing, strikes int64)
 }
 
 // Connections posts to and closes relay connections.
@@ -90,6 +95,12 @@ type Limits struct {
 	WorkerSharePercent int64 `validate:"min=0,max=100"`
 	// MaxAttempts bounds how often a job moves to another worker.
 	MaxAttempts int `validate:"min=1"`
+	// MaxTokPerSec is the fastest single stream, in tokens per second, a
+	// worker's hardware can decode, as measured from the job's post to
+	// its done: a reply faster than it was not generated, and is
+	// rejected. 0 turns the check off (a test network whose workers
+	// answer from a script at memory speed).
+	MaxTokPerSec int64 `validate:"min=0"`
 }
 
 // DefaultLimits returns production defaults.
@@ -103,6 +114,7 @@ func DefaultLimits() Limits {
 		KeepAliveEvery:     10 * time.Second,
 		WorkerSharePercent: 70,
 		MaxAttempts:        3,
+		MaxTokPerSec:       1000,
 	}
 }
 
@@ -119,6 +131,7 @@ type Server struct {
 	mux      *http.ServeMux
 	keys     keyCache
 	tickets  *relaymsg.Ticketer
+	roster   roster
 }
 
 // Config wires a Server. Every field but Now is required.
@@ -165,6 +178,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
 	mux.Handle("GET /v1/stats", handler(s.stats))
 	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
+	mux.Handle("GET /v1/workers", s.authed(s.workers))
 	mux.Handle("GET /v1/keys", s.authed(s.listKeys))
 	mux.Handle("POST /v1/keys", s.authed(s.createKey))
 	mux.Handle("DELETE /v1/keys/{id}", s.authed(s.revokeKey))

@@ -42,6 +42,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return oaiwire.ModelNotFound(req.Model)
 	}
+	needs := needsOf(req)
+	if why, param := s.unservable(r.Context(), model.ID, needs); why != "" {
+		return oaiwire.InvalidRequest(param, why+". The request was not charged.")
+	}
 	conn, err := s.relay.Conn()
 	if err != nil {
 		s.log.Error("relay listener down", "err", err)
@@ -62,14 +66,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	// Not the client's context: a client that hangs up while Admit is in
 	// flight must not leave the debit's outcome unknown.
 	admitCtx, cancelAdmit := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
-	adm, err := s.store.Admit(admitCtx, store.AdmitRequest{
+	ar := store.AdmitRequest{
 		KeyHash:      p.keyHash,
 		Window:       window,
 		Limit:        s.limits.RatePerMinute,
 		AccountLimit: s.limits.AccountRatePerMinute,
 		Job: store.Job{ID: id, AccountID: p.account, Model: model.ID, Price: model.Price,
-			State: store.JobQueued, Listener: conn, Created: now, Updated: now},
-	})
+			State: store.JobQueued, Listener: conn, Created: now, Updated: now, Needs: needs},
+	}
+	if spec, ok := canaryOf(r); ok {
+		// The gateway's own check: its rate is the canary runner's to
+		// set, and it may be aimed at one worker.
+		ar.Job.Canary, ar.Job.Target = true, spec.target
+		ar.Limit, ar.AccountLimit = canaryRateLimit, canaryRateLimit
+	}
+	adm, err := s.store.Admit(admitCtx, ar)
 	cancelAdmit()
 	s.rateHeaders(w.Header(), adm, err, window, now)
 	job := adm.Job
@@ -98,6 +109,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out}
 	return run.serve(r.Context())
 }
+
+// canaryRateLimit is the canary account's request cap per minute: the
+// runner paces itself.
+const canaryRateLimit = 1 << 30
 
 // storeTimeout bounds one store call made for a request whatever the
 // client does meanwhile.
@@ -177,8 +192,10 @@ type jobRun struct {
 	// worker at Assign: its receipt must be signed with that key.
 	workerPubkey string
 	// output hashes what the gateway relayed from the current worker, as
-	// the worker's receipt hashes what it sent.
+	// the worker's receipt hashes what it sent; stats counts what its
+	// text is made of, for the checks.
 	output relaymsg.OutputHasher
+	stats  replyStats
 	// requestHash is the receipt's request_sha256 of req, once computed.
 	requestHash string
 	// excluded are workers this job may not go to again: they failed it.
@@ -359,7 +376,7 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 	j.box.Expect(j.worker)
 	j.postedAt = s.now()
 	j.seq, j.pending, j.pendingBytes, j.firstAt = 0, map[int64]any{}, 0, time.Time{}
-	j.deltas, j.replyBytes, j.output = 0, 0, relaymsg.OutputHasher{}
+	j.deltas, j.replyBytes, j.output, j.stats = 0, 0, relaymsg.OutputHasher{}, replyStats{}
 	firstToken := time.NewTimer(s.limits.FirstToken)
 	defer firstToken.Stop()
 	for {
@@ -523,6 +540,7 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 			}
 			j.deltas++
 			j.output.Add(d)
+			j.stats.add(d)
 			j.replyBytes += int64(n)
 			if j.replyBytes > maxReplyBytes {
 				return j.brokeProtocol(clientCtx, "reply larger than any request can ask for")
@@ -538,6 +556,10 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 	case *relaymsg.Done:
 		if why := j.checkReceipt(m); why != "" {
 			return j.rejectReceipt(clientCtx, why)
+		}
+		elapsed := j.s.now().Sub(j.postedAt)
+		if why, strikes := j.checkWork(m, rawSpeed(j.deltas, elapsed, !j.firstAt.IsZero())); why != "" {
+			return j.rejectWork(clientCtx, why, strikes)
 		}
 		usage := j.complete(m)
 		return outcomeDone, true, j.out.finish(m.FinishReason, usage)
@@ -628,8 +650,13 @@ func (j *jobRun) complete(m *relaymsg.Done) oaiwire.Usage {
 	now := s.now()
 	usage := boundUsage(m.Usage, j.deltas, j.replyBytes, j.jobBytes)
 	c := store.Completion{JobID: j.job.ID, Worker: j.worker, PromptTokens: usage.PromptTokens,
-		CompletionTokens: usage.CompletionTokens, Earning: j.job.Price * s.limits.WorkerSharePercent / 100, At: now,
+		CompletionTokens: usage.CompletionTokens, Earning: s.earning(j.job), At: now,
 		Receipt: storeReceipt(m.Receipt)}
+	if j.job.Canary {
+		// A canary earns once its answer is judged (the verdict credits
+		// it), not for finishing.
+		c.Earning = 0
+	}
 	// Decode speed: the deltas the gateway relayed after the first, over
 	// the time since the first chunk arrived, as the gateway saw it —
 	// never as the worker claims — and capped (see measuredSpeed).
@@ -683,14 +710,21 @@ const minSpeedDeltas = 8
 // measured. Integer arithmetic that cannot overflow: deltas carry a byte
 // each at least, bounded by maxReplyBytes.
 func measuredSpeed(deltas int64, elapsed time.Duration, started bool) int64 {
+	return min(rawSpeed(deltas, elapsed, started), dispatch.MaxMilliTokPerSec)
+}
+
+// rawSpeed is measuredSpeed without the cap, for the speed check.
+func rawSpeed(deltas int64, elapsed time.Duration, started bool) int64 {
 	us := elapsed.Microseconds()
 	if !started || deltas < minSpeedDeltas || us <= 0 {
 		return 0
 	}
 	// (deltas-1) tokens per us × 10^9 = milli-tokens per second.
-	v := (deltas - 1) * 1_000_000_000 / us
-	return min(v, dispatch.MaxMilliTokPerSec)
+	return (deltas - 1) * 1_000_000_000 / us
 }
+
+// earning is the worker's share of a job's price.
+func (s *Server) earning(job store.Job) int64 { return job.Price * s.limits.WorkerSharePercent / 100 }
 
 // dispatchWorker runs dispatch for the models of a worker that turned idle.
 func (s *Server) dispatchWorker(conn, model string) {

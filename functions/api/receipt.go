@@ -82,10 +82,19 @@ func (j *jobRun) reqHash() (string, error) {
 // an anti-cheat rejection: the worker earns nothing and is cut off, the
 // job is refunded once, and the client, who may have the text already,
 // gets an error instead of the reply's end (a 502 when nothing was sent).
+// The identity takes ProofStrikes.
 // The work is not moved: it was done, and not proven.
 func (j *jobRun) rejectReceipt(clientCtx context.Context, why string) (outcome, bool, error) {
 	lost := j.worker
 	j.s.log.Warn("receipt rejected; cutting the worker off", "job", j.job.ID, "worker", lost, "why", why)
+	kind := store.VerdictRejected
+	if j.job.Canary {
+		kind = store.VerdictCanaryFailed
+	}
+	// Work its own receipt does not vouch for weighs as a forgery: the
+	// identity goes to quarantine at once, and is cut off besides.
+	j.s.Judge(store.Verdict{JobID: j.job.ID, Conn: lost, Pubkey: j.workerPubkey, Kind: kind,
+		Strikes: store.ProofStrikes, Reason: "receipt_rejected", At: j.s.now()})
 	j.dropWorker(lost, true)
 	j.worker = "" // cut off: nothing to cancel
 	return outcomeFailed, true, j.end(clientCtx, "receipt_rejected", errReceiptRejected)

@@ -24,17 +24,22 @@ type Model struct {
 	// Note is shown in /v1/models (e.g. that a model is a random-weight
 	// demo).
 	Note string `json:"note,omitempty"`
+	// KnownAnswers says the model answers simple factual questions right,
+	// so canaries check it with known-answer questions; without it (a
+	// random-weight test model) a canary's reply is compared with other
+	// workers' replies.
+	KnownAnswers bool `json:"known_answers,omitempty"`
 }
 
 // Default is the network's standard line-up (SPEC: "Models and flat
 // per-request prices").
 func Default() []Model {
 	return []Model{
-		{ID: "c0mpute-pro", Price: 10},
-		{ID: "c0mpute-max", Price: 15, Aliases: []string{"c0mpute-max-supergemma"}},
-		{ID: "c0mpute-max-think", Price: 20},
-		{ID: "supergemma4-26b", Price: 15},
-		{ID: "code", Price: 15, Aliases: []string{"devstral-24b", "c0mpute-code"}},
+		{ID: "c0mpute-pro", Price: 10, KnownAnswers: true},
+		{ID: "c0mpute-max", Price: 15, Aliases: []string{"c0mpute-max-supergemma"}, KnownAnswers: true},
+		{ID: "c0mpute-max-think", Price: 20, KnownAnswers: true},
+		{ID: "supergemma4-26b", Price: 15, KnownAnswers: true},
+		{ID: "code", Price: 15, Aliases: []string{"devstral-24b", "c0mpute-code"}, KnownAnswers: true},
 	}
 }
 

@@ -78,10 +78,12 @@ func New(s Store, p Poster, log *slog.Logger) *Dispatcher {
 // only when no idle worker is left (or after maxClaimTries, when the queue's
 // own dispatch takes over).
 //
-// Workers in exclude (ones that failed this job) are not chosen.
+// Only eligible workers are chosen (see eligible): not those in exclude
+// (ones that failed this job), none that cannot serve the job's needs, no
+// quarantined one for a real job, and only the target for a targeted one.
 func (d *Dispatcher) Assign(ctx context.Context, job store.Job, exclude ...string) (assigned store.Job, ok bool, err error) {
 	cached, gen := d.idle.take(job.Model, d.now())
-	workers := without(cached, exclude)
+	workers := eligible(cached, job, exclude)
 	fresh := false
 	for try := 0; try < maxClaimTries; try++ {
 		if len(workers) == 0 {
@@ -94,7 +96,7 @@ func (d *Dispatcher) Assign(ctx context.Context, job store.Job, exclude ...strin
 			fresh = true
 			d.idle.set(job.Model, workers, d.now())
 			_, gen = d.idle.take(job.Model, d.now())
-			workers = without(workers, exclude)
+			workers = eligible(workers, job, exclude)
 			if len(workers) == 0 {
 				return store.Job{}, false, nil
 			}
@@ -141,6 +143,13 @@ func (d *Dispatcher) Registered(w store.Worker) {
 	}
 }
 
+// Judged updates this dispatcher's cached view of a worker after a
+// verdict: its standing and strikes, which decide what it may take and
+// its weight.
+func (d *Dispatcher) Judged(conn string, standing store.Standing, strikes int64) {
+	d.idle.judged(conn, standing, strikes)
+}
+
 // Forget drops a worker from every cache of this dispatcher: its
 // connection is gone or was cut off, and no job may be handed to it again.
 func (d *Dispatcher) Forget(conn string) {
@@ -157,26 +166,31 @@ func (d *Dispatcher) jobState(ctx context.Context, id string) (store.JobState, e
 	return j.State, nil
 }
 
-// without returns ws less the workers whose connections are in exclude.
-func without(ws []store.Worker, exclude []string) []store.Worker {
-	if len(exclude) == 0 {
-		return ws
-	}
-	return slices.DeleteFunc(ws, func(w store.Worker) bool { return slices.Contains(exclude, w.Conn) })
+// eligible returns the workers of ws that may take job: not in exclude,
+// able to serve its needs, the target if it has one, and in good standing
+// unless it is a canary (a quarantined worker gets canaries only).
+func eligible(ws []store.Worker, job store.Job, exclude []string) []store.Worker {
+	return slices.DeleteFunc(ws, func(w store.Worker) bool {
+		return slices.Contains(exclude, w.Conn) || !w.CanServe(job.Model, job.Needs) ||
+			(job.Target != "" && w.Conn != job.Target) || (!job.Canary && w.Quarantined())
+	})
 }
 
-// choose draws an index with probability proportional to speed. A worker
-// not measured yet weighs the median of the measured ones (the floor when
-// none is), so that a new worker is tried, and measured, at the rate a
-// typical worker of the model is — not starved at the floor next to
-// workers that were measured fast.
+// choose draws an index with probability proportional to speed, divided
+// by one plus the worker's strikes (a worker under suspicion gets less of
+// the traffic until canaries clear it). A worker not measured yet weighs
+// the median of the measured ones (the floor when none is), so that a new
+// worker is tried, and measured, at the rate a typical worker of the
+// model is — not starved at the floor next to workers that were measured
+// fast.
 func (d *Dispatcher) choose(ws []store.Worker) int {
 	unmeasured := medianSpeed(ws)
 	weightOf := func(w store.Worker) int64 {
-		if w.MilliTokPerSec <= 0 {
-			return unmeasured
+		v := unmeasured
+		if w.MilliTokPerSec > 0 {
+			v = weight(w.MilliTokPerSec)
 		}
-		return weight(w.MilliTokPerSec)
+		return max(v/(1+min(max(w.Strikes, 0), store.BanStrikes)), 1)
 	}
 	var total int64
 	for _, w := range ws {

@@ -121,9 +121,6 @@ func TestUnmeasuredWeighTheMedian(t *testing.T) {
 	if counts["new"] != 50 {
 		t.Errorf("the unmeasured worker drew %d of %d, want 50", counts["new"], total/1000)
 	}
-	if got := without(append([]store.Worker(nil), ws...), []string{"fast", "new"}); len(got) != 2 || got[0].Conn != "mid" || got[1].Conn != "slow" {
-		t.Errorf("without fast and new: %v", got)
-	}
 	if medianSpeed(nil) != MinMilliTokPerSec {
 		t.Errorf("median of nothing measured: %d, want the floor", medianSpeed(nil))
 	}
@@ -184,5 +181,63 @@ func TestRegisteredListsTheWorkerOnce(t *testing.T) {
 	}
 	if got, _ := d.idle.take("uncached", now); got != nil {
 		t.Errorf("a model with no cached list got one: %v", got)
+	}
+}
+
+// eligible keeps only the workers that may take a job: not excluded, able
+// to serve its needs, the target of a targeted job, and not quarantined
+// unless the job is a canary.
+func TestEligible(t *testing.T) {
+	tools := map[string]store.Caps{"m": {Tools: true, Context: 4096}}
+	ws := []store.Worker{
+		{Conn: "plain", Models: []string{"m"}},
+		{Conn: "tools", Models: []string{"m"}, Caps: tools},
+		{Conn: "quarantined", Models: []string{"m"}, Caps: tools, Standing: store.StandingQuarantined},
+		{Conn: "other-model", Models: []string{"x"}},
+	}
+	for _, tc := range []struct {
+		name    string
+		job     store.Job
+		exclude []string
+		want    []string
+	}{
+		{"plain chat", store.Job{Model: "m"}, nil, []string{"plain", "tools"}},
+		{"excluded", store.Job{Model: "m"}, []string{"plain"}, []string{"tools"}},
+		{"tools", store.Job{Model: "m", Needs: store.Needs{Tools: true}}, nil, []string{"tools"}},
+		{"context within", store.Job{Model: "m", Needs: store.Needs{Tools: true, Context: 4096}}, nil, []string{"tools"}},
+		{"context beyond", store.Job{Model: "m", Needs: store.Needs{Context: 5000}}, nil, []string{"plain"}},
+		{"vision", store.Job{Model: "m", Needs: store.Needs{Vision: true}}, nil, nil},
+		{"canary", store.Job{Model: "m", Canary: true}, nil, []string{"plain", "tools", "quarantined"}},
+		{"targeted canary", store.Job{Model: "m", Canary: true, Target: "quarantined"}, nil, []string{"quarantined"}},
+		{"targeted, excluded", store.Job{Model: "m", Canary: true, Target: "tools"}, []string{"tools"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, w := range eligible(slices.Clone(ws), tc.job, tc.exclude) {
+				got = append(got, w.Conn)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("eligible: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Strikes divide a worker's weight: under suspicion it draws less.
+func TestStrikesLowerWeight(t *testing.T) {
+	ws := []store.Worker{{Conn: "clean", MilliTokPerSec: 40_000}, {Conn: "struck", MilliTokPerSec: 40_000, Strikes: 3}}
+	total := int64(40_000 + 10_000)
+	counts := map[string]int64{}
+	for r := range total / 1000 {
+		d := &Dispatcher{pick: func(n int64) int64 {
+			if n != total {
+				t.Fatalf("drew from %d, want %d", n, total)
+			}
+			return r * 1000
+		}}
+		counts[ws[d.choose(ws)].Conn]++
+	}
+	if counts["struck"] != 10 || counts["clean"] != 40 {
+		t.Errorf("draws %v, want clean 40 and struck 10", counts)
 	}
 }

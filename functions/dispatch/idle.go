@@ -126,6 +126,26 @@ func (c *idleCache) forget(conn string) {
 	delete(c.lent, conn)
 }
 
+// judged sets a worker's standing and strikes wherever it is cached.
+func (c *idleCache) judged(conn string, standing store.Standing, strikes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	set := func(w *store.Worker) {
+		if w.Conn == conn {
+			w.Standing, w.Strikes = standing, strikes
+		}
+	}
+	for _, l := range c.byModel {
+		for i := range l.workers {
+			set(&l.workers[i])
+		}
+	}
+	if w, ok := c.lent[conn]; ok {
+		set(&w)
+		c.lent[conn] = w
+	}
+}
+
 // add lists a worker in the cached lists of its models.
 func (c *idleCache) add(w store.Worker) {
 	c.mu.Lock()

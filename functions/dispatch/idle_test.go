@@ -50,7 +50,7 @@ func TestIdleCache(t *testing.T) {
 	must(st.PutAPIKey(ctx, store.Secret{Hash: "h", ID: "k", AccountID: "a", CreatedAt: now}))
 	for _, c := range []string{"w1", "w2"} {
 		must(st.PutWorker(ctx, store.Worker{Conn: c, AccountID: "a"}))
-		_, err := st.RegisterWorker(ctx, c, []string{"m"})
+		_, err := st.RegisterWorker(ctx, c, []string{"m"}, nil)
 		must(err)
 	}
 	admit := func(id string) store.Job {

@@ -63,6 +63,21 @@ type Register struct {
 	Models []string `json:"models" validate:"required,min=1,max=64,dive,required,max=128"`
 	// Agent is the worker software and version, for operators.
 	Agent string `json:"agent,omitempty" validate:"max=128"`
+	// Caps says what the worker's backend supports for each model; a
+	// model without an entry is served as plain chat only (no vision,
+	// tools or response_format), so dispatch sends it nothing else.
+	Caps []ModelCaps `json:"caps,omitempty" validate:"max=64,dive"`
+}
+
+// ModelCaps is what a worker's backend supports for one model.
+type ModelCaps struct {
+	Model          string `json:"model" validate:"required,max=128"`
+	Vision         bool   `json:"vision,omitempty"`
+	Tools          bool   `json:"tools,omitempty"`
+	ResponseFormat bool   `json:"response_format,omitempty"`
+	// Context is the context length in tokens the worker runs the model
+	// with; 0 if it does not know.
+	Context int64 `json:"context,omitempty" validate:"min=0,max=16777216"`
 }
 
 // Heartbeat keeps a connection inside API Gateway's idle timeout.

@@ -35,7 +35,7 @@ type Store interface {
 	GetWorkerToken(ctx context.Context, hash string) (store.Secret, error)
 	UseNonce(ctx context.Context, nonce string, expires time.Time) error
 	PutWorker(ctx context.Context, w store.Worker) error
-	RegisterWorker(ctx context.Context, conn string, models []string) (store.Worker, error)
+	RegisterWorker(ctx context.Context, conn string, models []string, caps map[string]store.Caps) (store.Worker, error)
 	DrainWorker(ctx context.Context, conn string) (store.Worker, error)
 	DeleteWorker(ctx context.Context, conn string) (store.Worker, error)
 	PutListener(ctx context.Context, l store.Listener) error
@@ -172,6 +172,8 @@ func (h *Handler) connect(ctx context.Context, conn string, hs map[string]string
 	switch err := h.Store.PutWorker(ctx, w); {
 	case errors.Is(err, store.ErrRevoked):
 		return http.StatusForbidden, errors.New("worker token revoked")
+	case errors.Is(err, store.ErrBanned):
+		return http.StatusForbidden, errors.New("worker banned: this identity or worker token failed the network's checks")
 	case errors.Is(err, store.ErrLimit):
 		return http.StatusTooManyRequests, fmt.Errorf("this worker token already has %d live connections", store.MaxConnsPerToken)
 	case err != nil:
@@ -302,7 +304,7 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 	if len(models) == 0 {
 		return errorReply("no_models", "none of the registered models is offered by this network")
 	}
-	w, err := h.Store.RegisterWorker(ctx, conn, models)
+	w, err := h.Store.RegisterWorker(ctx, conn, models, h.caps(m))
 	switch {
 	case errors.Is(err, store.ErrRevoked), errors.Is(err, store.ErrNotFound):
 		// The token was revoked while this connection was being made (the
@@ -323,6 +325,20 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 	}
 	return encode(&relaymsg.Registered{Conn: conn, Models: models, Ignored: ignored,
 		BatchMillis: int(h.BatchWindow / time.Millisecond)})
+}
+
+// caps are a registration's capabilities by catalog model id, for the
+// models it registered (an entry for another is ignored).
+func (h *Handler) caps(m *relaymsg.Register) map[string]store.Caps {
+	out := map[string]store.Caps{}
+	for _, c := range m.Caps {
+		model, ok := h.Catalog.Resolve(c.Model)
+		if !ok || !slices.Contains(m.Models, c.Model) {
+			continue
+		}
+		out[model.ID] = store.Caps{Vision: c.Vision, Tools: c.Tools, ResponseFormat: c.ResponseFormat, Context: c.Context}
+	}
+	return out
 }
 
 // forward relays a worker's chunk, done or fail message to the listener

@@ -59,6 +59,7 @@ const (
 // it is.
 func testLimits() api.Limits {
 	l := api.DefaultLimits()
+	l.MaxTokPerSec = 0 // scripted backends answer at memory speed
 	l.RatePerMinute = 100_000
 	l.QueueWait = 3 * time.Second
 	l.FirstToken = 5 * time.Second

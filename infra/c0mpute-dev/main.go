@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/canary"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/store"
@@ -71,6 +72,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	canaries, err := canariesFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
@@ -88,7 +93,7 @@ func run() error {
 	ollamaModels, ollamaErr := listOllama(ctx, ollamaURL)
 	models := catalog.Default()
 	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, ManagementAddr: mgmtAddr,
-		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log})
+		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log, Canaries: canaries})
 	if err != nil {
 		return err
 	}
@@ -171,6 +176,24 @@ const (
 	envRate           = "C0MPUTE_RATE_PER_MINUTE"
 	envAccountRate    = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
 )
+
+// canariesFromEnv is the canary runner's settings: C0MPUTE_CANARY_EVERY is
+// each model's routine canary interval (a Go duration, default 1m; "0"
+// turns canaries off).
+func canariesFromEnv(getenv func(string) string) (*canary.Config, error) {
+	v := getenv("C0MPUTE_CANARY_EVERY")
+	if v == "" {
+		return &canary.Config{Every: time.Minute}, nil
+	}
+	every, err := time.ParseDuration(v)
+	if err != nil || every < 0 {
+		return nil, fmt.Errorf("C0MPUTE_CANARY_EVERY must be a duration like 1m, or 0 for no canaries")
+	}
+	if every == 0 {
+		return nil, nil
+	}
+	return &canary.Config{Every: every}, nil
+}
 
 // limitsFromEnv is api.DefaultLimits with the rate limits the environment
 // sets: requests per minute per API key and per account (all its keys

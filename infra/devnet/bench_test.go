@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/workerd/backend/openaicompat"
 )
 
@@ -128,7 +128,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 		b.Run(fmt.Sprintf("streams=%d/tokens=%d/interval=%s", c.streams, c.tokens, c.interval), func(b *testing.B) {
 			backendSrv := pacedServer(c.tokens, c.interval)
 			defer backendSrv.Close()
-			limits := api.DefaultLimits()
+			limits := devnet.ScriptedLimits()
 			limits.RatePerMinute = 1 << 40
 			b.StopTimer()
 			env := newEnv(b, envOptions{credits: 1 << 40, limits: &limits, models: []catalog.Model{{ID: "paced", Price: 1}}})

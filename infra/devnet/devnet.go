@@ -26,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/canary"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/credential"
@@ -62,6 +63,19 @@ type Config struct {
 	BatchWindow time.Duration
 	// RelayOptions tune the relay (tests shorten its timeouts).
 	RelayOptions []relay.Option
+	// Canaries, when set, runs the canary runner in the API process
+	// (functions/canary) with these settings; Store, Gateway, Catalog,
+	// Secret and Log are the stack's.
+	Canaries *canary.Config
+}
+
+// ScriptedLimits are api.DefaultLimits for a network whose workers answer
+// from a script or a tiny test model: faster than any hardware serves a
+// real model, so the speed check (Limits.MaxTokPerSec) is off.
+func ScriptedLimits() api.Limits {
+	l := api.DefaultLimits()
+	l.MaxTokPerSec = 0
+	return l
 }
 
 // DefaultManagementAddr is where the management API listens by default: a
@@ -164,13 +178,16 @@ type Stack struct {
 	ManagementURL string
 	// Conns reaches relay connections (tests use it to drop workers).
 	Conns *connections.Client
+	// Canaries is the canary runner, when Config.Canaries asked for one.
+	Canaries *canary.Runner
 
-	relay     *relay.Relay
-	relaySrv  *http.Server
-	mgmtSrv   *http.Server
-	apiSrv    *http.Server
-	listener  *listener.Listener
-	serveErrs chan error
+	stopCanaries context.CancelFunc
+	relay        *relay.Relay
+	relaySrv     *http.Server
+	mgmtSrv      *http.Server
+	apiSrv       *http.Server
+	listener     *listener.Listener
+	serveErrs    chan error
 }
 
 // Start brings the stack up. Close it when done.
@@ -243,6 +260,16 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.apiSrv = cfg.Timeouts.apiServer(a, cfg.Limits.Job)
 	go func() { s.serveErrs <- serve(s.apiSrv, apiLn) }()
+	if cfg.Canaries != nil {
+		c := *cfg.Canaries
+		c.Store, c.Gateway, c.Catalog, c.Secret, c.Log = cfg.Store, a, cat, secret, log.With("component", "canary")
+		if s.Canaries, err = canary.New(c); err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopCanaries = cancel
+		go s.Canaries.Run(ctx)
+	}
 	return s, nil
 }
 
@@ -273,6 +300,10 @@ func (s *Stack) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var errs []error
+	if s.stopCanaries != nil {
+		s.stopCanaries()
+		s.Canaries.Wait()
+	}
 	if s.apiSrv != nil {
 		errs = append(errs, s.apiSrv.Shutdown(ctx))
 	}

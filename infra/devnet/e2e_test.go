@@ -11,7 +11,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/infra/devnet"
 )
 
 func chatParams(prompt string, maxTokens int64) openai.ChatCompletionNewParams {
@@ -184,7 +184,7 @@ func TestStop(t *testing.T) {
 
 // TestErrors checks the SDK sees OpenAI's statuses and codes.
 func TestErrors(t *testing.T) {
-	limits := api.DefaultLimits()
+	limits := devnet.ScriptedLimits()
 	limits.RatePerMinute = 3
 	e := newEnv(t, envOptions{credits: 25, limits: &limits})
 	e.ollamaWorker()

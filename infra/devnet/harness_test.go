@@ -83,7 +83,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if st == nil {
 		st = openStore(t)
 	}
-	limits := api.DefaultLimits()
+	limits := devnet.ScriptedLimits()
 	if o.limits != nil {
 		limits = *o.limits
 	}

@@ -14,17 +14,17 @@ import (
 	"github.com/coder/websocket"
 	"github.com/openai/openai-go/v3"
 
-	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/devnet"
 )
 
 // TestDispatchOnRegistration: a job that arrives while no worker is online
 // waits in the queue (the stream gets keep-alive comments) and is served as
 // soon as a worker registers.
 func TestDispatchOnRegistration(t *testing.T) {
-	limits := api.DefaultLimits()
+	limits := devnet.ScriptedLimits()
 	limits.KeepAliveAfter = 50 * time.Millisecond
 	limits.KeepAliveEvery = 50 * time.Millisecond
 	e := newEnv(t, envOptions{credits: 100, limits: &limits})
@@ -90,7 +90,7 @@ func TestDispatchOnRegistration(t *testing.T) {
 // TestNoWorkerRefunds: with nobody serving, the request gets 503 after the
 // queue wait and its price back.
 func TestNoWorkerRefunds(t *testing.T) {
-	limits := api.DefaultLimits()
+	limits := devnet.ScriptedLimits()
 	limits.QueueWait = 200 * time.Millisecond
 	limits.KeepAliveAfter = time.Minute
 	e := newEnv(t, envOptions{credits: 100, limits: &limits})
@@ -261,7 +261,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // comments can no longer change its status, so the queue timeout arrives
 // as exactly one error event; the price comes back.
 func TestNoWorkerAfterKeepAlive(t *testing.T) {
-	limits := api.DefaultLimits()
+	limits := devnet.ScriptedLimits()
 	limits.KeepAliveAfter = 50 * time.Millisecond
 	limits.KeepAliveEvery = 50 * time.Millisecond
 	limits.QueueWait = 300 * time.Millisecond

@@ -16,7 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/testenv"
 )
 
@@ -63,7 +63,7 @@ func TestNodeSDK(t *testing.T) {
 		testenv.Missing(t, "the openai npm package", "run scripts/test (npm ci in infra/sdktest/node)")
 	}
 
-	limits := api.DefaultLimits()
+	limits := devnet.ScriptedLimits()
 	limits.RatePerMinute = nodeSDKRate
 	e := newEnv(t, envOptions{credits: 10_000, limits: &limits})
 	_, srv := e.ollamaWorker()

@@ -7,8 +7,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 )
 
@@ -24,7 +24,7 @@ func TestLostDispatchIsRecovered(t *testing.T) {
 			name = "assigned, no assignment message"
 		}
 		t.Run(name, func(t *testing.T) {
-			limits := api.DefaultLimits()
+			limits := devnet.ScriptedLimits()
 			limits.QueueWait = 4 * time.Second // well past the 500 ms recheck
 			e := newEnv(t, envOptions{credits: 100, limits: &limits})
 			g := newGate(t, sharedOllama(t).URL())

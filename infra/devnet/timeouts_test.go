@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 )
@@ -31,7 +30,7 @@ const (
 func startShort(t *testing.T) *devnet.Stack {
 	t.Helper()
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: openStore(t), APIAddr: "127.0.0.1:0",
-		RelayAddr: "127.0.0.1:0", Models: []catalog.Model{{ID: tinyModel, Price: 10}}, Limits: api.DefaultLimits(),
+		RelayAddr: "127.0.0.1:0", Models: []catalog.Model{{ID: tinyModel, Price: 10}}, Limits: devnet.ScriptedLimits(),
 		Log: testLog(t), Timeouts: devnet.Timeouts{ReadHeader: shortTimeout, Read: shortTimeout, Write: shortTimeout, Idle: shortTimeout}})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/testenv"
 	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 	"github.com/c0mpute/c0mpute/workerd/config"
@@ -422,7 +423,7 @@ func referenceReply(t *testing.T, e *env) string {
 // read from the store, and the ledger balances at the end.
 func TestWorkerKilledMidStream(t *testing.T) {
 	const price, credits = 10, 10_000
-	limits := api.DefaultLimits()
+	limits := devnet.ScriptedLimits()
 	limits.RatePerMinute = 1000 // the rounds are not a rate-limit test
 	srv := sharedOllama(t)
 

@@ -193,9 +193,30 @@ func (a *Agent) refreshModels(ctx context.Context, s *session) {
 		return
 	}
 	s.setModels(models)
-	if err := s.send(&relaymsg.Register{Models: sortedKeys(models), Agent: a.agentString()}); err != nil {
+	if err := s.send(a.registration(ctx, models)); err != nil {
 		a.cfg.Log.Warn("re-register", "err", err)
 	}
+}
+
+// registration is the Register message for models (network id → backend
+// name), with what the backend says each supports. A model whose
+// capabilities the backend cannot tell is registered as plain chat.
+func (a *Agent) registration(ctx context.Context, models map[string]string) *relaymsg.Register {
+	reg := &relaymsg.Register{Models: sortedKeys(models), Agent: a.agentString()}
+	capable, ok := a.cfg.Backend.(backend.Capable)
+	if !ok {
+		return reg
+	}
+	for _, id := range reg.Models {
+		c, err := capable.Capabilities(ctx, models[id])
+		if err != nil {
+			a.cfg.Log.Warn("model capabilities unknown; registering it as plain chat", "model", id, "err", backend.SafeText(err))
+			continue
+		}
+		reg.Caps = append(reg.Caps, relaymsg.ModelCaps{Model: id, Vision: c.Vision, Tools: c.Tools,
+			ResponseFormat: c.ResponseFormat, Context: c.Context})
+	}
+	return reg
 }
 
 // jitter spreads a backoff wait over ±50 %.
@@ -266,7 +287,7 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 		return nil, fmt.Errorf("dial relay %s: %w", a.cfg.RelayURL, err)
 	}
 	ws.SetReadLimit(relaymsg.MaxMessage)
-	reg, err := relaymsg.Encode(&relaymsg.Register{Models: sortedKeys(models), Agent: a.agentString()})
+	reg, err := relaymsg.Encode(a.registration(dctx, models))
 	if err != nil {
 		ws.CloseNow()
 		return nil, err

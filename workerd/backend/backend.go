@@ -35,6 +35,25 @@ type Digester interface {
 	ModelDigest(model string) string
 }
 
+// Capabilities is what a backend supports for one model: the gateway sends
+// a worker only requests its backend can serve.
+type Capabilities struct {
+	Vision         bool
+	Tools          bool
+	ResponseFormat bool
+	// Context is the context length in tokens the model runs with; 0 if
+	// the backend does not know.
+	Context int64
+}
+
+// Capable is implemented by backends that know what their models support.
+// A backend that does not is registered as plain chat only.
+type Capable interface {
+	// Capabilities says what model (a name as listed by Models)
+	// supports.
+	Capabilities(ctx context.Context, model string) (Capabilities, error)
+}
+
 // Result is how a reply ended.
 type Result struct {
 	// FinishReason is stop, length or tool_calls.

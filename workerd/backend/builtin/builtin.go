@@ -149,6 +149,12 @@ func (b *Backend) Model() *engine.Model { return b.model }
 // Models lists the one model served.
 func (b *Backend) Models(context.Context) ([]string, error) { return []string{b.id}, nil }
 
+// Capabilities: plain chat, with the file's context length (no tool-call
+// parsing, no constrained decoding, no vision tower).
+func (b *Backend) Capabilities(context.Context, string) (backend.Capabilities, error) {
+	return backend.Capabilities{Context: int64(b.model.Config().Context)}, nil
+}
+
 // ErrRequest is wrapped by errors about requests the backend cannot serve.
 var ErrRequest = errors.New("builtin: unsupported request")
 

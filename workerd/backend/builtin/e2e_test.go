@@ -18,7 +18,6 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
@@ -92,7 +91,7 @@ func network(t *testing.T, be backend.Backend, model string) openai.Client {
 	}
 	t.Cleanup(func() { st.Close() })
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0", RelayAddr: "127.0.0.1:0",
-		Models: []catalog.Model{{ID: model, Price: 10}}, Limits: api.DefaultLimits(), BatchWindow: devnet.DevBatchWindow, Log: testLog(t)})
+		Models: []catalog.Model{{ID: model, Price: 10}}, Limits: devnet.ScriptedLimits(), BatchWindow: devnet.DevBatchWindow, Log: testLog(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -41,6 +42,7 @@ type Backend struct {
 var (
 	_ backend.Backend  = (*Backend)(nil)
 	_ backend.Digester = (*Backend)(nil)
+	_ backend.Capable  = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -135,6 +137,51 @@ func (b *Backend) ModelDigest(model string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.digests[model]
+}
+
+// Capabilities asks Ollama (POST /api/show) what model supports: its
+// "capabilities" list names tools and vision, every chat model takes a
+// JSON format, and the context is the model's num_ctx parameter when it
+// sets one (else Ollama's own default applies, which it does not report).
+func (b *Backend) Capabilities(ctx context.Context, model string) (backend.Capabilities, error) {
+	payload, err := json.Marshal(map[string]string{"model": model})
+	if err != nil {
+		return backend.Capabilities{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.base+"/api/show", bytes.NewReader(payload))
+	if err != nil {
+		return backend.Capabilities{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.do(req)
+	if err != nil {
+		return backend.Capabilities{}, err
+	}
+	defer resp.Body.Close()
+	var show struct {
+		Capabilities []string `json:"capabilities"`
+		Parameters   string   `json:"parameters"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&show); err != nil {
+		return backend.Capabilities{}, fmt.Errorf("ollama: decode /api/show: %w", err)
+	}
+	c := backend.Capabilities{ResponseFormat: true}
+	for _, cap := range show.Capabilities {
+		switch cap {
+		case "tools":
+			c.Tools = true
+		case "vision":
+			c.Vision = true
+		}
+	}
+	for _, line := range strings.Split(show.Parameters, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "num_ctx" {
+			if n, err := strconv.ParseInt(f[1], 10, 64); err == nil && n > 0 {
+				c.Context = n
+			}
+		}
+	}
+	return c, nil
 }
 
 // Chat runs req on model with POST /api/chat, streaming.

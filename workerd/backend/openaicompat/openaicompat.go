@@ -99,6 +99,14 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("openai backend: %d %s: %s", e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
 
+// Capabilities of a model behind an OpenAI-compatible server, which
+// reports none: tools and response_format, which llama.cpp, vLLM and LM
+// Studio all accept, and no vision (only some of their models have it).
+// The context length is unknown.
+func (b *Backend) Capabilities(context.Context, string) (backend.Capabilities, error) {
+	return backend.Capabilities{Tools: true, ResponseFormat: true}, nil
+}
+
 // Models lists the server's models (GET /v1/models), by id.
 func (b *Backend) Models(ctx context.Context) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/models", nil)

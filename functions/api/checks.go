@@ -1,0 +1,217 @@
+package api
+
+import (
+	"context"
+	"hash/maphash"
+	"net/http"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// The continuous checks look at what the gateway relayed of a reply as it
+// passes, in memory, and keep only counts: no text is kept past the delta
+// being relayed, and nothing is logged but the check's name.
+
+// Coherence thresholds. Each is far from what an honest model writes for
+// an ordinary request (a reply is judged only past a minimum size, where
+// chance cannot produce it), and each weighs CoherenceStrikes only, since
+// a request can ask for such a reply.
+const (
+	// A reply with at least minRunesReplacement runes, a quarter of them
+	// U+FFFD, is broken bytes rather than text.
+	minRunesReplacement = 16
+	// A reply of at least minRunesDominant non-space runes, more than
+	// dominantPercent of them one character, is not text.
+	minRunesDominant = 64
+	dominantPercent  = 60
+	// A reply of at least minWordsDiversity words with fewer than one
+	// distinct word in diversityRatio is a handful of words repeated.
+	minWordsDiversity = 100
+	diversityRatio    = 20
+	// maxDistinct bounds the distinct runes and words a reply's counts
+	// hold: past it, a reply is diverse enough for any check.
+	maxDistinct = 4096
+)
+
+// replyStats counts what a reply's text is made of.
+type replyStats struct {
+	runes, nonSpace, replacement int64
+	// ascii and byRune count each non-space rune (ASCII in an array: it
+	// is most of most replies); top is the largest count.
+	ascii  [utf8.RuneSelf]int64
+	byRune map[rune]int64
+	top    int64
+	// words counts words (runs of letters and digits); distinct is the
+	// set of their hashes, inWord the hash of the word being read.
+	words    int64
+	distinct map[uint64]struct{}
+	word     maphash.Hash
+	inWord   bool
+}
+
+var wordSeed = maphash.MakeSeed()
+
+// add counts one delta's text.
+func (r *replyStats) add(d oaiwire.Delta) {
+	r.text(d.Reasoning)
+	r.text(d.Content)
+}
+
+func (r *replyStats) text(s string) {
+	if r.byRune == nil {
+		r.byRune, r.distinct = map[rune]int64{}, map[uint64]struct{}{}
+		r.word.SetSeed(wordSeed)
+	}
+	for _, c := range s {
+		r.runes++
+		if c == utf8.RuneError {
+			r.replacement++
+		}
+		if unicode.IsLetter(c) || unicode.IsDigit(c) {
+			var b [utf8.UTFMax]byte
+			_, _ = r.word.Write(b[:utf8.EncodeRune(b[:], unicode.ToLower(c))])
+			r.inWord = true
+		} else {
+			r.endWord()
+		}
+		if unicode.IsSpace(c) {
+			continue
+		}
+		r.nonSpace++
+		if c < utf8.RuneSelf {
+			r.ascii[c]++
+			r.top = max(r.top, r.ascii[c])
+		} else if n, ok := r.byRune[c]; ok || len(r.byRune) < maxDistinct {
+			r.byRune[c] = n + 1
+			r.top = max(r.top, n+1)
+		}
+	}
+}
+
+func (r *replyStats) endWord() {
+	if !r.inWord {
+		return
+	}
+	r.words++
+	if len(r.distinct) < maxDistinct {
+		r.distinct[r.word.Sum64()] = struct{}{}
+	}
+	r.word.Reset()
+	r.inWord = false
+}
+
+// incoherent names the coherence check the reply fails, or "".
+func (r *replyStats) incoherent() string {
+	r.endWord()
+	switch {
+	case r.runes >= minRunesReplacement && r.replacement*4 >= r.runes:
+		return "replacement_characters"
+	case r.nonSpace >= minRunesDominant && r.top*100 > r.nonSpace*dominantPercent:
+		return "one_character"
+	case r.words >= minWordsDiversity && int64(len(r.distinct))*diversityRatio < r.words:
+		return "low_diversity"
+	}
+	return ""
+}
+
+// checkWork runs the continuous checks on a reply whose receipt checked
+// out, from what the gateway observed: the reason code and strike weight
+// of the first check it fails, or "" if it passes.
+func (j *jobRun) checkWork(m *relaymsg.Done, rawSpeed int64) (string, int64) {
+	claim := m.Usage
+	switch {
+	case claim.CompletionTokens > 2*j.deltas+8 && claim.CompletionTokens > j.replyBytes/2+8,
+		claim.PromptTokens > int64(j.jobBytes)+16:
+		// More tokens than the deltas relayed (one a token, as every
+		// streaming backend sends them) or than the bytes could hold:
+		// the claim is inflated.
+		return "usage_inflated", store.ProofStrikes
+	case j.s.limits.MaxTokPerSec > 0 && rawSpeed > j.s.limits.MaxTokPerSec*1000:
+		// Faster, from the post of the job to its done, than any
+		// hardware decodes a single stream: not generated.
+		return "impossible_speed", store.ProofStrikes
+	case j.deltas == 0 && m.FinishReason == "stop":
+		return "empty_reply", store.CoherenceStrikes
+	}
+	if why := j.stats.incoherent(); why != "" {
+		return why, store.CoherenceStrikes
+	}
+	return "", 0
+}
+
+// errWorkRejected ends a reply that failed a check after part of it
+// reached the client.
+var errWorkRejected = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer, Code: "reply_rejected",
+	Message: "The reply failed the network's checks on a worker's work, so it was rejected. The request was not charged."}
+
+// rejectWork ends a worker's part in a job whose reply failed a check: the
+// worker earns nothing and takes the strikes; its connection stays (a
+// quarantined worker is sent canaries only). The job moves to another
+// worker if nothing reached the client, else it ends with a refund.
+func (j *jobRun) rejectWork(clientCtx context.Context, why string, strikes int64) (outcome, bool, error) {
+	s := j.s
+	worker := j.worker
+	s.log.Warn("reply rejected by a check", "job", j.job.ID, "worker", worker, "check", why)
+	kind := store.VerdictRejected
+	if j.job.Canary {
+		kind = store.VerdictCanaryFailed
+	}
+	s.Judge(store.Verdict{JobID: j.job.ID, Conn: worker, Pubkey: j.workerPubkey, Kind: kind,
+		Strikes: strikes, Reason: why, At: s.now()})
+	if j.excluded == nil {
+		j.excluded = map[string]bool{}
+	}
+	j.excluded[worker] = true
+	if j.out.committed() || j.job.Canary {
+		// A canary is judged on what its worker did: it is not moved.
+		j.worker = ""
+		s.settleFailure(j.job.ID, "reply_rejected", true)
+		return outcomeFailed, true, j.out.fail(errWorkRejected)
+	}
+	res, err := j.retry(clientCtx)
+	return res, true, err
+}
+
+// Judge records a verdict, filling in the identity's account and token
+// from the job and the worker, and updates dispatch's view of the worker.
+// A store error is logged: the job's settlement does not wait on it.
+func (s *Server) Judge(v store.Verdict) {
+	if v.Conn == "" {
+		s.log.Error("verdict without a worker", "job", v.JobID)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if v.AccountID == "" {
+		if job, err := s.store.GetJob(ctx, v.JobID); err == nil && (v.Pubkey == "" || v.Pubkey == job.WorkerPubkey) {
+			v.AccountID, v.Pubkey = job.WorkerAccount, job.WorkerPubkey
+		}
+	}
+	if v.TokenHash == "" && v.Pubkey != "" {
+		if rep, err := s.store.GetReputation(ctx, v.AccountID, v.Pubkey); err == nil {
+			v.TokenHash = rep.TokenHash
+		}
+	}
+	if v.Pubkey == "" || v.AccountID == "" || v.TokenHash == "" {
+		s.log.Error("verdict on an unknown worker", "job", v.JobID, "worker", v.Conn, "kind", v.Kind)
+		return
+	}
+	rep, err := s.store.Judge(ctx, v)
+	if err != nil {
+		s.log.Error("record verdict", "job", v.JobID, "worker", v.Conn, "kind", v.Kind, "err", err)
+		return
+	}
+	s.log.Info("verdict", "job", v.JobID, "worker", v.Conn, "pubkey", v.Pubkey, "kind", v.Kind, "reason", v.Reason,
+		"strikes", rep.Strikes, "standing", rep.Standing)
+	// The live record has the worse of the identity's and the token's
+	// standing: dispatch goes by it.
+	if w, err := s.store.GetWorker(ctx, v.Conn); err == nil {
+		s.dispatch.Judged(v.Conn, w.Standing, w.Strikes)
+	} else {
+		s.dispatch.Judged(v.Conn, rep.Standing, rep.Strikes)
+	}
+}
