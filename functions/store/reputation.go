@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Standing is where a worker identity, or a worker token, stands with the
 // gateway.
@@ -90,6 +94,21 @@ type Verdict struct {
 	// complete without one, and earn when their answer is judged).
 	Earning int64
 	At      time.Time
+}
+
+// Check reports what makes a verdict impossible to apply: no job id,
+// pubkey or account (a verdict is applied once per job and pubkey, to an
+// identity on an account), an unknown kind or a negative earning.
+func (v Verdict) Check() error {
+	switch {
+	case v.JobID == "" || v.Pubkey == "" || v.AccountID == "":
+		return errors.New("verdict without a job id, pubkey or account")
+	case v.Kind != VerdictRejected && v.Kind != VerdictCanaryPassed && v.Kind != VerdictCanaryFailed:
+		return fmt.Errorf("unknown verdict kind %q", v.Kind)
+	case v.Earning < 0:
+		return fmt.Errorf("negative earning %d", v.Earning)
+	}
+	return nil
 }
 
 // Reputation is what the gateway knows of one worker identity (an ed25519
@@ -193,4 +212,14 @@ func TokenStanding(from Standing, tokenStrikes int64, identity Standing) Standin
 	default:
 		return StandingActive
 	}
+}
+
+// TokenJudged is a worker token's standing and strikes after one of its
+// identities was judged, going from before to after: the token takes the
+// strikes the identity took (a rejection's, a failed canary's) and gives
+// back those a passed canary actually took back from it, never going below
+// 0; its standing follows TokenStanding.
+func TokenJudged(standing Standing, strikes int64, before, after Reputation) (Standing, int64) {
+	strikes = max(strikes+after.Strikes-before.Strikes, 0)
+	return TokenStanding(standing, strikes, after.Standing), strikes
 }

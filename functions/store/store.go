@@ -171,6 +171,21 @@ func (c Caps) Serves(n Needs) bool {
 		(c.Context == 0 || n.Context <= c.Context)
 }
 
+// RegisteredCaps is caps restricted to models, the capabilities
+// RegisterWorker stores; nil when none is left.
+func RegisteredCaps(models []string, caps map[string]Caps) map[string]Caps {
+	var out map[string]Caps
+	for _, m := range models {
+		if c, ok := caps[m]; ok {
+			if out == nil {
+				out = map[string]Caps{}
+			}
+			out[m] = c
+		}
+	}
+	return out
+}
+
 // WorkerState says whether a worker can take a job.
 type WorkerState string
 
@@ -230,7 +245,9 @@ func (w Worker) CanServe(model string, n Needs) bool {
 }
 
 // Quarantined reports whether the worker may take canaries only.
-func (w Worker) Quarantined() bool { return w.Standing == StandingQuarantined || w.Standing == StandingBanned }
+func (w Worker) Quarantined() bool {
+	return w.Standing == StandingQuarantined || w.Standing == StandingBanned
+}
 
 // Listener is an API instance's relay connection.
 type Listener struct {

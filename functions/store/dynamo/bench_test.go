@@ -40,7 +40,7 @@ func benchSetup(b *testing.B, n int, workers, assigned bool) store.Store {
 		if err := s.PutWorker(bg, store.Worker{Conn: conn, AccountID: "a", ConnectedAt: t0}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.RegisterWorker(bg, conn, []string{"m"}); err != nil {
+		if _, err := s.RegisterWorker(bg, conn, []string{"m"}, nil); err != nil {
 			b.Fatal(err)
 		}
 		if assigned {

@@ -87,11 +87,11 @@ func seed(t *testing.T, s store.Store) {
 		s.CreateAccount(bg, store.Account{ID: "wa", CreatedAt: t0}),
 		s.PutAPIKey(bg, store.Secret{Hash: "kh", ID: "k1", AccountID: "a", CreatedAt: t0}),
 		s.PutWorkerToken(bg, store.Secret{Hash: "th", ID: "t1", AccountID: "wa", CreatedAt: t0}),
-		s.PutWorker(bg, store.Worker{Conn: "w1", AccountID: "wa", TokenHash: "th", ConnectedAt: t0}),
-		s.PutWorker(bg, store.Worker{Conn: "w2", AccountID: "wa", TokenHash: "th", ConnectedAt: t0}),
+		s.PutWorker(bg, store.Worker{Conn: "w1", AccountID: "wa", TokenHash: "th", Pubkey: "pk1", ConnectedAt: t0}),
+		s.PutWorker(bg, store.Worker{Conn: "w2", AccountID: "wa", TokenHash: "th", Pubkey: "pk2", ConnectedAt: t0}),
 	}
 	for _, c := range []string{"w1", "w2"} {
-		_, err := s.RegisterWorker(bg, c, []string{"m"})
+		_, err := s.RegisterWorker(bg, c, []string{"m"}, nil)
 		steps = append(steps, err)
 	}
 	_, err := s.Admit(bg, req("queued"))
@@ -170,9 +170,22 @@ func TestCrashAtEveryWrite(t *testing.T) {
 			return err
 		}},
 		{"PutWorker", func(s store.Store) error {
-			return s.PutWorker(bg, store.Worker{Conn: "w3", AccountID: "wa", TokenHash: "th", ConnectedAt: t0})
+			return s.PutWorker(bg, store.Worker{Conn: "w3", AccountID: "wa", TokenHash: "th", Pubkey: "pk3", ConnectedAt: t0})
 		}},
-		{"RegisterWorker", func(s store.Store) error { _, err := s.RegisterWorker(bg, "w2", []string{"m", "m2"}); return err }},
+		{"JudgeRejected", func(s store.Store) error {
+			_, err := s.Judge(bg, store.Verdict{JobID: "running", Conn: "w1", Pubkey: "pk1", AccountID: "wa", TokenHash: "th",
+				Kind: store.VerdictRejected, Strikes: store.ProofStrikes, Reason: "receipt_mismatch", At: t0})
+			return err
+		}},
+		{"JudgeCanaryPassed", func(s store.Store) error {
+			_, err := s.Judge(bg, store.Verdict{JobID: "running", Conn: "w1", Pubkey: "pk1", AccountID: "wa", TokenHash: "th",
+				Kind: store.VerdictCanaryPassed, Earning: 3, At: t0})
+			return err
+		}},
+		{"RegisterWorker", func(s store.Store) error {
+			_, err := s.RegisterWorker(bg, "w2", []string{"m", "m2"}, map[string]store.Caps{"m2": {Tools: true, Context: 4096}})
+			return err
+		}},
 		{"DeleteWorker", func(s store.Store) error { _, err := s.DeleteWorker(bg, "w1"); return err }},
 		{"UseNonce", func(s store.Store) error { return s.UseNonce(bg, "n1", t0.Add(time.Minute)) }},
 	}

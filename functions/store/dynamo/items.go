@@ -33,10 +33,14 @@ const (
 	pStats    = "STATS#" // STATS#<shard> / TOTAL, MIN#<minute>
 	sTotal    = "TOTAL"
 	sMinute   = "MIN#"
+	sIdentity = "IDENT#"   // ACCT#<id> / IDENT#<pubkey>: a worker identity's reputation
+	sTokenRep = "STANDING" // <TOKEN#hash> / STANDING: the token's strikes and standing
+	pVerdict  = "VERDICT#" // VERDICT#<job>#<pubkey> / VERDICT: a verdict applied, kept forever
 
 	gQueue  = "Q#" // index partition of queued jobs: Q#<model>#<shard>
 	gWorker = "W#" // index partition of live workers: W#<shard>
 	gEarn   = "E#" // index partition of earnings shards: E#<shard of the account>
+	gIdent  = "I#" // index partition of identities' reputations: I#<shard of the pubkey>
 )
 
 // Attribute names used in expressions.
@@ -72,6 +76,18 @@ const (
 	aTokens    = "tokens"
 	aVersion   = "ver"
 	aTokenHash = "token_hash"
+	aCaps      = "caps"
+	aStanding  = "standing"
+	aStrikes   = "strikes"
+	aTrusted   = "trusted"
+	aLastSeen  = "last_seen"
+	aFirstSeen = "first_seen"
+	aLastWhy   = "last_reason"
+	aJobsDone  = "jobs_completed"
+	aRejected  = "jobs_rejected"
+	aPassed    = "canaries_passed"
+	aFailed    = "canaries_failed"
+	aRepEarned = "earned_credits"
 )
 
 type key struct {
@@ -231,6 +247,41 @@ type jobItem struct {
 	FailReason       string `dynamodbav:"fail_reason"`
 	PromptTokens     int64  `dynamodbav:"prompt_tokens"`
 	CompletionTokens int64  `dynamodbav:"completion_tokens"`
+	Canary           bool   `dynamodbav:"canary,omitempty"`
+	Target           string `dynamodbav:"target,omitempty"`
+	// Needs is the job's needs, in the form of capabilities: the same
+	// four fields.
+	Needs capsItem `dynamodbav:"needs"`
+}
+
+// capsItem is a worker's capabilities for one model, or a job's needs.
+type capsItem struct {
+	Vision         bool  `dynamodbav:"vision,omitempty"`
+	Tools          bool  `dynamodbav:"tools,omitempty"`
+	ResponseFormat bool  `dynamodbav:"response_format,omitempty"`
+	Context        int64 `dynamodbav:"context,omitempty"`
+}
+
+func toCapsItems(caps map[string]store.Caps) map[string]capsItem {
+	if len(caps) == 0 {
+		return nil
+	}
+	out := make(map[string]capsItem, len(caps))
+	for m, c := range caps {
+		out[m] = capsItem(c)
+	}
+	return out
+}
+
+func fromCapsItems(items map[string]capsItem) map[string]store.Caps {
+	if len(items) == 0 {
+		return nil
+	}
+	out := make(map[string]store.Caps, len(items))
+	for m, c := range items {
+		out[m] = store.Caps(c)
+	}
+	return out
 }
 
 // queueSortKey orders a model's queue by age, then id.
@@ -241,7 +292,8 @@ func toJobItem(j store.Job) jobItem {
 		FromAllowance: j.FromAllowance, State: string(j.State), Listener: j.Listener, Worker: j.Worker,
 		WorkerAccount: j.WorkerAccount, WorkerPubkey: j.WorkerPubkey, Attempts: int64(j.Attempts), Created: nanos(j.Created),
 		Updated: nanos(j.Updated), Refunded: j.Refunded, FailReason: j.FailReason,
-		PromptTokens: j.PromptTokens, CompletionTokens: j.CompletionTokens}
+		PromptTokens: j.PromptTokens, CompletionTokens: j.CompletionTokens,
+		Canary: j.Canary, Target: j.Target, Needs: capsItem(j.Needs)}
 	if j.State == store.JobQueued {
 		i.GPK, i.GSK = queuePartition(j.Model, j.ID), queueSortKey(j)
 	}
@@ -253,27 +305,31 @@ func (i jobItem) job() store.Job {
 		FromAllowance: i.FromAllowance, State: store.JobState(i.State), Listener: i.Listener,
 		Worker: i.Worker, WorkerAccount: i.WorkerAccount, WorkerPubkey: i.WorkerPubkey, Attempts: int(i.Attempts),
 		Created: fromNanos(i.Created), Updated: fromNanos(i.Updated), Refunded: i.Refunded,
-		FailReason: i.FailReason, PromptTokens: i.PromptTokens, CompletionTokens: i.CompletionTokens}
+		FailReason: i.FailReason, PromptTokens: i.PromptTokens, CompletionTokens: i.CompletionTokens,
+		Canary: i.Canary, Target: i.Target, Needs: store.Needs(i.Needs)}
 }
 
 // workerItem is a live worker, in the index's worker partitions for as
 // long as it exists.
 type workerItem struct {
 	key
-	GPK         string   `dynamodbav:"gpk"`
-	GSK         string   `dynamodbav:"gsk"`
-	Conn        string   `dynamodbav:"conn"`
-	Account     string   `dynamodbav:"account"`
-	TokenHash   string   `dynamodbav:"token_hash"`
-	Pubkey      string   `dynamodbav:"pubkey"`
-	Models      []string `dynamodbav:"models"`
-	State       string   `dynamodbav:"state"`
-	Job         string   `dynamodbav:"job"`
-	Speed       int64    `dynamodbav:"milli_tok_per_sec"`
-	Registered  bool     `dynamodbav:"registered"`
-	Draining    bool     `dynamodbav:"draining"`
-	ConnectedAt int64    `dynamodbav:"connected_at,omitempty"`
-	TTL         int64    `dynamodbav:"ttl"`
+	GPK         string              `dynamodbav:"gpk"`
+	GSK         string              `dynamodbav:"gsk"`
+	Conn        string              `dynamodbav:"conn"`
+	Account     string              `dynamodbav:"account"`
+	TokenHash   string              `dynamodbav:"token_hash"`
+	Pubkey      string              `dynamodbav:"pubkey"`
+	Models      []string            `dynamodbav:"models"`
+	State       string              `dynamodbav:"state"`
+	Job         string              `dynamodbav:"job"`
+	Speed       int64               `dynamodbav:"milli_tok_per_sec"`
+	Registered  bool                `dynamodbav:"registered"`
+	Draining    bool                `dynamodbav:"draining"`
+	ConnectedAt int64               `dynamodbav:"connected_at,omitempty"`
+	TTL         int64               `dynamodbav:"ttl"`
+	Caps        map[string]capsItem `dynamodbav:"caps,omitempty"`
+	Standing    string              `dynamodbav:"standing"`
+	Strikes     int64               `dynamodbav:"strikes"`
 }
 
 func toWorkerItem(w store.Worker, now time.Time) workerItem {
@@ -284,7 +340,8 @@ func toWorkerItem(w store.Worker, now time.Time) workerItem {
 	return workerItem{key: workerKey(w.Conn), GPK: workerPartition(w.Conn), GSK: w.Conn,
 		Conn: w.Conn, Account: w.AccountID, TokenHash: w.TokenHash, Pubkey: w.Pubkey, Models: models,
 		State: string(w.State), Job: w.Job, Speed: w.MilliTokPerSec, Registered: w.Registered,
-		Draining: w.Draining, ConnectedAt: nanos(w.ConnectedAt), TTL: ttl(now.Add(connectionTTL))}
+		Draining: w.Draining, ConnectedAt: nanos(w.ConnectedAt), TTL: ttl(now.Add(connectionTTL)),
+		Caps: toCapsItems(w.Caps), Standing: string(w.Standing), Strikes: w.Strikes}
 }
 
 func (i workerItem) worker() store.Worker {
@@ -294,8 +351,85 @@ func (i workerItem) worker() store.Worker {
 	}
 	return store.Worker{Conn: i.Conn, AccountID: i.Account, TokenHash: i.TokenHash, Pubkey: i.Pubkey,
 		Models: models, State: store.WorkerState(i.State), Job: i.Job, MilliTokPerSec: i.Speed,
-		Registered: i.Registered, Draining: i.Draining, ConnectedAt: fromNanos(i.ConnectedAt)}
+		Registered: i.Registered, Draining: i.Draining, ConnectedAt: fromNanos(i.ConnectedAt),
+		Caps: fromCapsItems(i.Caps), Standing: store.Standing(i.Standing), Strikes: i.Strikes}
 }
+
+// identityItem is a worker identity's reputation, in its account's
+// partition (listed per account without a scan) and in the index's
+// identity partitions (listed for every account). Its counts only ever
+// change by ADD; ver goes up with every verdict, the only change of its
+// strikes and standing, so that a verdict or a connect conditioned on the
+// ver it read knows that the standing it read still holds.
+type identityItem struct {
+	key
+	GPK            string `dynamodbav:"gpk"`
+	GSK            string `dynamodbav:"gsk"`
+	Pubkey         string `dynamodbav:"pubkey"`
+	Account        string `dynamodbav:"account"`
+	TokenHash      string `dynamodbav:"token_hash"`
+	Standing       string `dynamodbav:"standing"`
+	Strikes        int64  `dynamodbav:"strikes"`
+	Trusted        bool   `dynamodbav:"trusted"`
+	JobsCompleted  int64  `dynamodbav:"jobs_completed"`
+	JobsRejected   int64  `dynamodbav:"jobs_rejected"`
+	CanariesPassed int64  `dynamodbav:"canaries_passed"`
+	CanariesFailed int64  `dynamodbav:"canaries_failed"`
+	Earned         int64  `dynamodbav:"earned_credits"`
+	Speed          int64  `dynamodbav:"milli_tok_per_sec"`
+	LastReason     string `dynamodbav:"last_reason"`
+	FirstSeen      int64  `dynamodbav:"first_seen"`
+	LastSeen       int64  `dynamodbav:"last_seen"`
+	Version        int64  `dynamodbav:"ver"`
+}
+
+// identityKey is an identity's reputation, in its account's partition.
+func identityKey(account, pubkey string) key { return key{pAccount + account, sIdentity + pubkey} }
+
+// identityIndex is the index partition and sort key of an identity's
+// reputation. The partition is chosen by pubkey, not account: one
+// operator's many GPUs complete jobs at once, and each completion
+// changes its identity's item, and with it the index entry.
+func identityIndex(account, pubkey string) (gpk, gsk string) {
+	return fmt.Sprintf("%s%d", gIdent, shard(pubkey, identityShards)), account + "#" + pubkey
+}
+
+func (i identityItem) reputation() store.Reputation {
+	standing := store.Standing(i.Standing)
+	if standing == "" {
+		standing = store.StandingActive // created by a completion before any connect
+	}
+	return store.Reputation{Pubkey: i.Pubkey, AccountID: i.Account, TokenHash: i.TokenHash, Standing: standing,
+		Strikes: i.Strikes, Trusted: i.Trusted, JobsCompleted: i.JobsCompleted, JobsRejected: i.JobsRejected,
+		CanariesPassed: i.CanariesPassed, CanariesFailed: i.CanariesFailed, EarnedCredits: i.Earned,
+		MilliTokPerSec: i.Speed, LastReason: i.LastReason, FirstSeen: fromNanos(i.FirstSeen), LastSeen: fromNanos(i.LastSeen)}
+}
+
+// tokenStandingItem is a worker token's record: the strikes of all its
+// identities together and the standing they give, with a ver like an
+// identity's. It is an item of its own next to the token's, as a token
+// the store does not know (a worker without one in the store) can be
+// judged too.
+type tokenStandingItem struct {
+	key
+	Standing string `dynamodbav:"standing"`
+	Strikes  int64  `dynamodbav:"strikes"`
+	Version  int64  `dynamodbav:"ver"`
+}
+
+func tokenStandingKey(tokenHash string) key {
+	return key{workerTokens.hashKey(tokenHash).PK, sTokenRep}
+}
+
+func (i tokenStandingItem) standing() store.Standing {
+	if i.Standing == "" {
+		return store.StandingActive
+	}
+	return store.Standing(i.Standing)
+}
+
+// verdictKey is the record that a verdict was applied.
+func verdictKey(jobID, pubkey string) key { return key{pVerdict + jobID + "#" + pubkey, "VERDICT"} }
 
 // receiptItem is a completed job's receipt, next to the job in its
 // partition, written by Complete's transaction.

@@ -78,7 +78,8 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		accountID = key.AccountID
 	}
 	job := store.Job{ID: in.ID, AccountID: accountID, Model: in.Model, Price: in.Price,
-		State: store.JobQueued, Listener: in.Listener, Created: in.Created, Updated: in.Updated}
+		State: store.JobQueued, Listener: in.Listener, Created: in.Created, Updated: in.Updated,
+		Canary: in.Canary, Target: in.Target, Needs: in.Needs}
 	if job.Updated.IsZero() {
 		job.Updated = job.Created
 	}
@@ -552,19 +553,12 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			ExpressionAttributeValues:           values{":done": str(string(store.JobDone)), ":assigned": str(string(store.JobAssigned)), ":at": num(nanos(c.At)), ":p": num(c.PromptTokens), ":c": num(c.CompletionTokens), ":w": str(c.Worker), ":wa": str(job.WorkerAccount)},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
 		if c.Earning > 0 {
-			// An earnings shard, not the account item: one operator's
-			// GPUs complete jobs concurrently, and one item would make
-			// their transactions conflict. The shard is created by its
-			// first earning; the account exists, as Assign took it from
-			// the worker's record.
-			// The shard is in the index's earnings partitions, where
-			// the keeper's payouts find the accounts that earned.
-			ek := earnKey(job.WorkerAccount, c.JobID)
-			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: ek.av(),
-				UpdateExpression:         aws.String("ADD #earned :e SET #gpk = :gpk, #gsk = :gsk"),
-				ExpressionAttributeNames: names(aEarned, schema.GPK, schema.GSK),
-				ExpressionAttributeValues: values{":e": num(c.Earning), ":gpk": str(earnPartition(job.WorkerAccount)),
-					":gsk": str(job.WorkerAccount + "#" + ek.SK)}}})
+			// The account exists, as Assign took it from the worker's
+			// record.
+			items = append(items, s.earnItem(job.WorkerAccount, c.JobID, c.Earning))
+		}
+		if !job.Canary && job.WorkerPubkey != "" {
+			items = append(items, s.countJobItem(job, c))
 		}
 		if c.Receipt != nil {
 			// A plain put: the job's condition lets exactly one Complete
@@ -613,6 +607,39 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			return fail(fmt.Errorf("job keeps changing: %w", store.ErrConflict))
 		}
 	}
+}
+
+// earnItem credits an earning to an earnings shard of the account, not
+// the account item: one operator's GPUs complete jobs concurrently, and
+// one item would make their transactions conflict. The shard, chosen by
+// job id, is created by its first earning, and is in the index's earnings
+// partitions, where the keeper's payouts find the accounts that earned.
+func (s *Store) earnItem(account, jobID string, earning int64) types.TransactWriteItem {
+	ek := earnKey(account, jobID)
+	return types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: ek.av(),
+		UpdateExpression:         aws.String("ADD #earned :e SET #gpk = :gpk, #gsk = :gsk"),
+		ExpressionAttributeNames: names(aEarned, schema.GPK, schema.GSK),
+		ExpressionAttributeValues: values{":e": num(earning), ":gpk": str(earnPartition(account)),
+			":gsk": str(account + "#" + ek.SK)}}}
+}
+
+// countJobItem counts a completed job in its worker identity's reputation:
+// the job, its earning and the measured speed. The identity's record
+// exists from the worker's connect; if it does not (a job assigned before
+// reputations were kept), the update creates it, active. It needs no
+// condition: the job's lets one Complete through.
+func (s *Store) countJobItem(job store.Job, c store.Completion) types.TransactWriteItem {
+	n := names(aJobsDone, aRepEarned, aStanding)
+	v := values{":one": num(1), ":e": num(c.Earning), ":active": str(string(store.StandingActive))}
+	set := nameIdentity(job.WorkerAccount, job.WorkerPubkey, n, v) + ", #standing = if_not_exists(#standing, :active)"
+	if c.MilliTokPerSec > 0 {
+		set += ", #milli_tok_per_sec = :speed"
+		n["#"+aSpeed], v[":speed"] = aSpeed, num(c.MilliTokPerSec)
+	}
+	return types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(),
+		Key:                      identityKey(job.WorkerAccount, job.WorkerPubkey).av(),
+		UpdateExpression:         aws.String("ADD #jobs_completed :one, #earned_credits :e SET " + set),
+		ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
 }
 
 // GetReceipt implements store.Store.

@@ -76,6 +76,10 @@ const (
 	// GPUs complete jobs at once, and each completion adds to one shard,
 	// chosen by job id; GetAccount sums them.
 	earnShards = 8
+	// identityShards spreads the index entries of identities'
+	// reputations, which every completion changes (by pubkey, so one
+	// operator's GPUs spread too); Reputations("") reads them all.
+	identityShards = 8
 
 	// conflictRetries bounds the retries of a transaction cancelled by a
 	// conflicting transaction or throttling. Contention is on one paying

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -35,19 +38,24 @@ type liveCount struct {
 	Version int64 `dynamodbav:"ver"`
 }
 
-// The items of PutWorker's transaction, in order.
+// The items of PutWorker's transaction, in order; the identity's
+// reputation, where the worker has one, comes after these.
 const (
-	putWorkerItem = iota // the worker: a new connection
-	putConnEntry         // its entry under the token
-	putTokenCheck        // the token: not revoked
-	putLiveCount         // the token's live count: below the cap
+	putWorkerItem    = iota // the worker: a new connection
+	putConnEntry            // its entry under the token
+	putTokenCheck           // the token: not revoked
+	putLiveCount            // the token's live count: below the cap
+	putTokenStanding        // the token's standing: as read
 )
 
 // PutWorker implements store.Store: the worker, its entry under its token
-// and the token's live count, in one transaction, on the conditions that
-// the token is not revoked and the count is below the cap. An empty State
-// is stored as idle. A worker without a TokenHash counts against no
-// token's cap: the relay always sets one; tests may not.
+// and the token's live count, and the identity's reputation, in one
+// transaction, on the conditions that the token is not revoked, the count
+// is below the cap and the identity's and the token's standings are as
+// read just before (their ver: a verdict, the only thing that bans,
+// changes it). An empty State is stored as idle. A worker without a
+// TokenHash counts against no token's cap: the relay always sets one;
+// tests may not.
 //
 // The count can run high, never low: a connection whose $disconnect never
 // came leaves it counted after its records expire. So when the cap
@@ -66,34 +74,24 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 		w.State = store.WorkerIdle
 	}
 	now := s.now()
-	item, err := marshal(toWorkerItem(w, now))
+	st, err := s.readStandings(ctx, w.AccountID, w.Pubkey, w.TokenHash)
 	if err != nil {
 		return fail(err)
 	}
-	put := types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: item, ConditionExpression: notExists}}
-	items := []types.TransactWriteItem{putWorkerItem: put}
+	tokenAt := -1 // the token's standing in the transaction
 	if w.TokenHash != "" {
-		entry := tokenConnKey(w.TokenHash, w.Conn).av()
-		entry[schema.TTL] = num(ttl(now.Add(connectionTTL)))
-		items = []types.TransactWriteItem{
-			putWorkerItem: put,
-			putConnEntry:  {Put: &types.Put{TableName: s.tableName(), Item: entry}},
-			// The token must not be revoked now: a revoke that ran
-			// after the caller checked the token would otherwise miss
-			// this connection (it lists the token's connections).
-			putTokenCheck: {ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
-				Key: workerTokens.hashKey(w.TokenHash).av(), ConditionExpression: aws.String("attribute_not_exists(#revoked)"),
-				ExpressionAttributeNames: names(aRevoked)}},
-			putLiveCount: {Update: &types.Update{TableName: s.tableName(), Key: tokenLiveKey(w.TokenHash).av(),
-				UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ver = if_not_exists(#ver, :zero) + :one"),
-				ConditionExpression:                 aws.String("attribute_not_exists(#count) OR #count < :max"),
-				ExpressionAttributeNames:            names(aCount, aVersion),
-				ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":max": num(s.maxConns)},
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-		}
+		tokenAt = putTokenStanding
 	}
 	for try := 0; ; try++ {
-		err := s.transact(ctx, items)
+		if err := st.banned(); err != nil {
+			return fail(err)
+		}
+		w.Standing, w.Strikes = st.worker()
+		items, identityAt, err := s.putWorkerItems(w, now, st)
+		if err != nil {
+			return fail(err)
+		}
+		err = s.transact(ctx, items)
 		var tf *txFailed
 		switch {
 		case err == nil:
@@ -103,28 +101,82 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 			return fail(err)
 		case tf.failed(putWorkerItem):
 			return fail(store.ErrExists)
-		case tf.failed(putTokenCheck):
+		case w.TokenHash != "" && tf.failed(putTokenCheck):
 			return fail(fmt.Errorf("worker token: %w", store.ErrRevoked))
-		case !tf.failed(putLiveCount):
+		case identityAt >= 0 && tf.failed(identityAt) || tokenAt >= 0 && tf.failed(tokenAt):
+			// A verdict landed since the standings were read: take
+			// them as they are now.
+			if err := st.learn(tf, identityAt, tokenAt); err != nil {
+				return fail(err)
+			}
+		case w.TokenHash != "" && tf.failed(putLiveCount):
+			var old liveCount
+			if err := unmarshal(tf.old(putLiveCount), &old); err != nil {
+				return fail(err)
+			}
+			live, fixed, err := s.recount(ctx, w.TokenHash, old, now)
+			if err != nil {
+				return fail(err)
+			}
+			if fixed && live >= s.maxConns || !fixed && live == old.Count {
+				return fail(fmt.Errorf("%d of %d connections on the worker token: %w", live, s.maxConns, store.ErrLimit))
+			}
+			// The count was stale, or changed while it was recounted:
+			// try again against the count as it is now.
+		default:
 			return fail(tf)
 		}
-		var old liveCount
-		if err := unmarshal(tf.old(putLiveCount), &old); err != nil {
-			return fail(err)
-		}
-		live, fixed, err := s.recount(ctx, w.TokenHash, old, now)
-		if err != nil {
-			return fail(err)
-		}
-		if fixed && live >= s.maxConns || !fixed && live == old.Count {
-			return fail(fmt.Errorf("%d of %d connections on the worker token: %w", live, s.maxConns, store.ErrLimit))
-		}
-		// The count was stale, or changed while it was recounted: try
-		// again against the count as it is now.
 		if try >= maxStaleRetries {
-			return fail(fmt.Errorf("live count of the worker token keeps changing: %w", store.ErrConflict))
+			return fail(fmt.Errorf("the standings or the live count of the worker token keep changing: %w", store.ErrConflict))
 		}
 	}
+}
+
+// putWorkerItems is PutWorker's transaction (see the putWorkerItem
+// constants) for w with the standings st, and where the identity's
+// reputation is in it (-1: a worker without a pubkey has none).
+func (s *Store) putWorkerItems(w store.Worker, now time.Time, st standings) ([]types.TransactWriteItem, int, error) {
+	item, err := marshal(toWorkerItem(w, now))
+	if err != nil {
+		return nil, -1, err
+	}
+	items := []types.TransactWriteItem{putWorkerItem: {Put: &types.Put{TableName: s.tableName(), Item: item, ConditionExpression: notExists}}}
+	if w.TokenHash != "" {
+		entry := tokenConnKey(w.TokenHash, w.Conn).av()
+		entry[schema.TTL] = num(ttl(now.Add(connectionTTL)))
+		items = append(items,
+			types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: entry}},
+			// The token must not be revoked now: a revoke that ran
+			// after the caller checked the token would otherwise miss
+			// this connection (it lists the token's connections).
+			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
+				Key: workerTokens.hashKey(w.TokenHash).av(), ConditionExpression: aws.String("attribute_not_exists(#revoked)"),
+				ExpressionAttributeNames: names(aRevoked)}},
+			types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: tokenLiveKey(w.TokenHash).av(),
+				UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ver = if_not_exists(#ver, :zero) + :one"),
+				ConditionExpression:                 aws.String("attribute_not_exists(#count) OR #count < :max"),
+				ExpressionAttributeNames:            names(aCount, aVersion),
+				ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":max": num(s.maxConns)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
+				Key: tokenStandingKey(w.TokenHash).av(), ConditionExpression: aws.String(verAsRead),
+				ExpressionAttributeNames: names(aVersion), ExpressionAttributeValues: values{":ver": num(st.token.Version)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+	}
+	if w.Pubkey == "" {
+		return items, -1, nil
+	}
+	n := names(aTokenHash, aLastSeen, aFirstSeen, aStanding, aVersion)
+	v := values{":th": str(w.TokenHash), ":at": num(nanos(w.ConnectedAt)), ":active": str(string(store.StandingActive)),
+		":ver": num(st.identity.Version)}
+	set := nameIdentity(w.AccountID, w.Pubkey, n, v) +
+		", #token_hash = :th, #last_seen = :at, #first_seen = if_not_exists(#first_seen, :at), #standing = if_not_exists(#standing, :active)"
+	items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(),
+		Key: identityKey(w.AccountID, w.Pubkey).av(), UpdateExpression: aws.String("SET " + set),
+		ConditionExpression:      aws.String(verAsRead),
+		ExpressionAttributeNames: n, ExpressionAttributeValues: v,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+	return items, len(items) - 1, nil
 }
 
 // recount counts the token's unexpired connection entries and, if that
@@ -171,7 +223,7 @@ func (s *Store) recount(ctx context.Context, tokenHash string, old liveCount, no
 // token, and to return it) and registers it in one transaction with a
 // check that its token is not revoked, conditioned on the fields it read,
 // so that the worker it returns is the one it wrote.
-func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string) (store.Worker, error) {
+func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string, caps map[string]store.Caps) (store.Worker, error) {
 	fail := func(err error) (store.Worker, error) {
 		return store.Worker{}, fmt.Errorf("dynamo: register worker %s: %w", conn, err)
 	}
@@ -182,18 +234,30 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 	if err != nil {
 		return fail(err)
 	}
+	capsItems := toCapsItems(store.RegisteredCaps(models, caps))
+	update, capsValue := "SET #models = :models, #registered = :t REMOVE #caps", types.AttributeValue(nil)
+	if capsItems != nil {
+		if capsValue, err = attributevalue.Marshal(capsItems); err != nil {
+			return fail(fmt.Errorf("encode caps: %w", err))
+		}
+		update = "SET #models = :models, #registered = :t, #caps = :caps"
+	}
 	var it workerItem
 	if err := s.get(ctx, workerKey(conn), &it); err != nil {
 		return fail(err)
 	}
 	for try := 0; ; try++ {
+		v := values{":models": list, ":t": boolean(true), ":token": str(it.TokenHash),
+			":state": str(it.State), ":job": str(it.Job), ":draining": boolean(it.Draining), ":speed": num(it.Speed)}
+		if capsValue != nil {
+			v[":caps"] = capsValue
+		}
 		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
-			UpdateExpression: aws.String("SET #models = :models, #registered = :t"),
+			UpdateExpression: aws.String(update),
 			ConditionExpression: aws.String("attribute_exists(pk) AND #token_hash = :token AND #state = :state AND #job = :job" +
 				" AND #draining = :draining AND #milli_tok_per_sec = :speed"),
-			ExpressionAttributeNames: names(aModels, aReg, aTokenHash, aState, aJob, aDraining, aSpeed),
-			ExpressionAttributeValues: values{":models": list, ":t": boolean(true), ":token": str(it.TokenHash),
-				":state": str(it.State), ":job": str(it.Job), ":draining": boolean(it.Draining), ":speed": num(it.Speed)},
+			ExpressionAttributeNames:            names(aModels, aReg, aCaps, aTokenHash, aState, aJob, aDraining, aSpeed),
+			ExpressionAttributeValues:           v,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
 		if it.TokenHash != "" {
 			// A revoke that raced this connection's $connect may have
@@ -207,7 +271,7 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 		var tf *txFailed
 		switch {
 		case err == nil:
-			it.Models, it.Registered = models, true
+			it.Models, it.Caps, it.Registered = models, capsItems, true
 			w := it.worker()
 			s.hints.setWorker(w)
 			return w, nil
@@ -385,36 +449,44 @@ type filter struct {
 }
 
 func (s *Store) workers(ctx context.Context, f *filter) ([]store.Worker, error) {
-	results := make([][]store.Worker, workerShards)
-	errs := make([]error, workerShards)
+	return queryShards(ctx, s, gWorker, workerShards, f, func(item map[string]types.AttributeValue) (store.Worker, error) {
+		var it workerItem
+		if err := unmarshal(item, &it); err != nil {
+			return store.Worker{}, err
+		}
+		w := it.worker()
+		s.hints.setWorker(w)
+		return w, nil
+	})
+}
+
+// queryShards queries the index partitions <prefix>0 to <prefix><n-1> in
+// parallel, filtered on the server if f is set, and returns what decode
+// makes of their items, shard after shard. decode runs in the shards'
+// goroutines.
+func queryShards[T any](ctx context.Context, s *Store, prefix string, n int, f *filter,
+	decode func(map[string]types.AttributeValue) (T, error)) ([]T, error) {
+	results := make([][]T, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i := range workerShards {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			q := &dynamodb.QueryInput{IndexName: aws.String(schema.Index),
 				KeyConditionExpression:    aws.String("#gpk = :gpk"),
 				ExpressionAttributeNames:  map[string]string{"#gpk": schema.GPK},
-				ExpressionAttributeValues: values{":gpk": str(fmt.Sprintf("%s%d", gWorker, i))},
+				ExpressionAttributeValues: values{":gpk": str(fmt.Sprintf("%s%d", prefix, i))},
 			}
 			if f != nil {
 				q.FilterExpression = aws.String(f.expr)
-				for k, v := range f.names {
-					q.ExpressionAttributeNames[k] = v
-				}
-				for k, v := range f.values {
-					q.ExpressionAttributeValues[k] = v
-				}
+				maps.Copy(q.ExpressionAttributeNames, f.names)
+				maps.Copy(q.ExpressionAttributeValues, f.values)
 			}
 			errs[i] = s.query(ctx, q, func(item map[string]types.AttributeValue) error {
-				var it workerItem
-				if err := unmarshal(item, &it); err != nil {
-					return err
-				}
-				w := it.worker()
-				s.hints.setWorker(w)
-				results[i] = append(results[i], w)
-				return nil
+				v, err := decode(item)
+				results[i] = append(results[i], v)
+				return err
 			})
 		}()
 	}
@@ -422,11 +494,7 @@ func (s *Store) workers(ctx context.Context, f *filter) ([]store.Worker, error) 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	var out []store.Worker
-	for _, r := range results {
-		out = append(out, r...)
-	}
-	return out, nil
+	return slices.Concat(results...), nil
 }
 
 // PutListener implements store.Store. It overwrites: a listener record has

@@ -48,6 +48,22 @@ func (s *Store) GetAccount(ctx context.Context, id string) (store.Account, error
 	return a, nil
 }
 
+// changeAccount applies change to an account in tx; ErrNotFound if there
+// is none. An error from change leaves the account as it was.
+func changeAccount(tx *bolt.Tx, id string, change func(*store.Account) error) error {
+	accounts := tx.Bucket(bAccounts)
+	var a store.Account
+	if ok, err := getJSON(accounts, []byte(id), &a); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("account %s: %w", id, store.ErrNotFound)
+	}
+	if err := change(&a); err != nil {
+		return err
+	}
+	return putJSON(accounts, []byte(id), a)
+}
+
 // grant is what an idempotency key records: enough to audit the grant.
 type grant struct {
 	AccountID string `json:"account_id"`
@@ -71,18 +87,14 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 		if grants.Get([]byte(idemKey)) != nil {
 			return nil
 		}
-		accounts := tx.Bucket(bAccounts)
-		var a store.Account
-		if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("account: %w", store.ErrNotFound)
-		}
-		a.Credits += credits
-		if deposit {
-			a.TotalDeposited += credits
-		}
-		if err := putJSON(accounts, []byte(accountID), a); err != nil {
+		err := changeAccount(tx, accountID, func(a *store.Account) error {
+			a.Credits += credits
+			if deposit {
+				a.TotalDeposited += credits
+			}
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		applied = true

@@ -64,7 +64,7 @@ func queueWithWorkers(b *testing.B, s *Store) {
 	queue(b, s)
 	for i := range b.N {
 		must(b, s.PutWorker(ctx, worker(fmt.Sprint("w", i))))
-		if _, err := s.RegisterWorker(ctx, fmt.Sprint("w", i), []string{"m1"}); err != nil {
+		if _, err := s.RegisterWorker(ctx, fmt.Sprint("w", i), []string{"m1"}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

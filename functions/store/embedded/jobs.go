@@ -109,6 +109,9 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 			Listener:      in.Listener,
 			Created:       in.Created,
 			Updated:       in.Updated,
+			Canary:        in.Canary,
+			Target:        in.Target,
+			Needs:         in.Needs,
 		}
 		if job.Updated.IsZero() {
 			job.Updated = job.Created
@@ -334,20 +337,13 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			// An earning is a share of what was paid: more would mint credits.
 			return fmt.Errorf("earning %d exceeds the job's price %d", c.Earning, job.Price)
 		}
-		if c.Earning > 0 {
-			accounts := tx.Bucket(bAccounts)
-			var a store.Account
-			if ok, err := getJSON(accounts, []byte(job.WorkerAccount), &a); err != nil {
-				return err
-			} else if !ok {
-				return fmt.Errorf("worker account %q: %w", job.WorkerAccount, store.ErrNotFound)
-			}
-			a.Earned += c.Earning
-			if err := putJSON(accounts, []byte(a.ID), a); err != nil {
-				return err
-			}
+		if err := creditEarning(tx, job.WorkerAccount, c.Earning); err != nil {
+			return err
 		}
 		if err := freeWorker(tx, c.Worker, c.JobID, c.MilliTokPerSec); err != nil {
+			return err
+		}
+		if err := countJob(tx, job, c); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bAssigned).Delete([]byte(job.ID)); err != nil {
@@ -373,6 +369,17 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 		return fmt.Errorf("embedded: complete job %s on %s: %w", c.JobID, c.Worker, err)
 	}
 	return nil
+}
+
+// creditEarning adds a worker's earning to its account's Earned.
+func creditEarning(tx *bolt.Tx, accountID string, earning int64) error {
+	if earning == 0 {
+		return nil
+	}
+	return changeAccount(tx, accountID, func(a *store.Account) error {
+		a.Earned += earning
+		return nil
+	})
 }
 
 // GetReceipt implements store.Store.
@@ -456,17 +463,13 @@ func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (stor
 		job.Updated = at
 	}
 	if refund && !job.Refunded {
-		accounts := tx.Bucket(bAccounts)
-		var a store.Account
-		if ok, err := getJSON(accounts, []byte(job.AccountID), &a); err != nil {
-			return store.Job{}, err
-		} else if !ok {
-			return store.Job{}, fmt.Errorf("account %s: %w", job.AccountID, store.ErrNotFound)
-		}
-		a.Credits += job.Price - job.FromAllowance
-		a.FreeAllowanceLeft += job.FromAllowance
-		a.TotalSpent -= job.Price
-		if err := putJSON(accounts, []byte(a.ID), a); err != nil {
+		err := changeAccount(tx, job.AccountID, func(a *store.Account) error {
+			a.Credits += job.Price - job.FromAllowance
+			a.FreeAllowanceLeft += job.FromAllowance
+			a.TotalSpent -= job.Price
+			return nil
+		})
+		if err != nil {
 			return store.Job{}, err
 		}
 		job.Refunded = true

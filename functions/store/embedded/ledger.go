@@ -424,15 +424,11 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 		if days.Get(k) != nil {
 			return nil
 		}
-		accounts := tx.Bucket(bAccounts)
-		var a store.Account
-		if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("account: %w", store.ErrNotFound)
-		}
-		a.FreeAllowanceLeft = credits
-		if err := putJSON(accounts, []byte(accountID), a); err != nil {
+		err = changeAccount(tx, accountID, func(a *store.Account) error {
+			a.FreeAllowanceLeft = credits
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		applied = true
@@ -488,18 +484,14 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		if keys.Get([]byte(key)) != nil {
 			return nil
 		}
-		accounts := tx.Bucket(bAccounts)
-		var a store.Account
-		if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("account: %w", store.ErrNotFound)
-		}
-		if p := a.PaidOut + delta; p < 0 || p > a.Earned {
-			return fmt.Errorf("paid out %d%+d against earned %d: %w", a.PaidOut, delta, a.Earned, store.ErrInsufficientCredits)
-		}
-		a.PaidOut += delta
-		if err := putJSON(accounts, []byte(accountID), a); err != nil {
+		err = changeAccount(tx, accountID, func(a *store.Account) error {
+			if p := a.PaidOut + delta; p < 0 || p > a.Earned {
+				return fmt.Errorf("paid out %d%+d against earned %d: %w", a.PaidOut, delta, a.Earned, store.ErrInsufficientCredits)
+			}
+			a.PaidOut += delta
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		applied = true

@@ -4,9 +4,11 @@
 // Layout: one bolt bucket per record kind, JSON values, plus a few index
 // buckets whose keys sort the way the queries need (the per-model queue by
 // (Created, ID), secrets by (account, CreatedAt), live workers by token,
-// rate windows and nonce expiries by time). Every method runs in one bolt
-// transaction, so every multi-record change is atomic, and bolt runs one
-// writer at a time, so check-then-write inside a transaction cannot race.
+// rate windows and nonce expiries by time); reputations are keyed by
+// account then pubkey, so that an account's identities sort together. Every
+// method runs in one bolt transaction, so every multi-record change is
+// atomic, and bolt runs one writer at a time, so check-then-write inside a
+// transaction cannot race.
 //
 // Connections do not survive a restart: Open deletes every Worker and
 // Listener record and fails (with a refund) every job left queued or
@@ -48,12 +50,16 @@ var (
 	bCounters         = []byte("counters")             // name → int64 or time
 	bTokenMinutes     = []byte("token_minutes")        // minute → completion tokens
 	bReceipts         = []byte("receipts")             // job id → Receipt, for completed jobs
+	bReputations      = []byte("reputations")          // account|pubkey → Reputation, kept forever
+	bTokenStandings   = []byte("token_standings")      // worker token hash → tokenStanding, kept forever
+	bVerdicts         = []byte("verdicts")             // job id|pubkey → verdict applied, kept forever
 )
 
 var allBuckets = [][]byte{
 	bAccounts, bGrants, bAPIKeys, bAPIKeysByAccount, bTokens, bTokensByAccount,
 	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bAccountWindows,
 	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes, bReceipts,
+	bReputations, bTokenStandings, bVerdicts,
 }
 
 // Counter keys.

@@ -66,7 +66,7 @@ func TestReopenDropsConnectionsAndRefundsInFlightJobs(t *testing.T) {
 	}
 	for _, conn := range []string{"w1", "w2"} {
 		must(t, s.PutWorker(ctx, worker(conn)))
-		_, err := s.RegisterWorker(ctx, conn, []string{"m1"})
+		_, err := s.RegisterWorker(ctx, conn, []string{"m1"}, nil)
 		must(t, err)
 	}
 	must(t, s.PutListener(ctx, store.Listener{Conn: "l1", ConnectedAt: t0}))
@@ -185,7 +185,7 @@ func TestTokenMinutesPruned(t *testing.T) {
 	defer func() { must(t, s.Close()) }()
 	seed(t, s, 1000)
 	must(t, s.PutWorker(ctx, worker("w1")))
-	_, err := s.RegisterWorker(ctx, "w1", []string{"m1"})
+	_, err := s.RegisterWorker(ctx, "w1", []string{"m1"}, nil)
 	must(t, err)
 	for i := range 20 {
 		id := fmt.Sprint("j", i)
@@ -247,7 +247,7 @@ func TestCompleteNeedsWorkerAccountToPay(t *testing.T) {
 	w := worker("w1")
 	w.AccountID = "no-such-account"
 	must(t, s.PutWorker(ctx, w))
-	_, err := s.RegisterWorker(ctx, "w1", []string{"m1"})
+	_, err := s.RegisterWorker(ctx, "w1", []string{"m1"}, nil)
 	must(t, err)
 	_, err = s.Admit(ctx, admitReq("j1", t0, 1))
 	must(t, err)

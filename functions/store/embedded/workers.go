@@ -51,7 +51,9 @@ func revokedToken(tx *bolt.Tx, tokenHash string) error {
 
 // PutWorker implements store.Store. An empty State is stored as idle, the
 // state of a fresh connection. A worker without a TokenHash counts against
-// no token's cap: the relay always sets one; tests may not.
+// no token's cap: the relay always sets one; tests may not. The standings
+// are read and the identity's reputation written in the same transaction,
+// so a ban that committed first is never missed.
 func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 	if w.Conn == "" {
 		return errors.New("embedded: put worker: empty connection id")
@@ -67,6 +69,9 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 		// A token revoked since the caller checked it: the revoke
 		// listed the token's workers before this one existed.
 		if err := revokedToken(tx, w.TokenHash); err != nil {
+			return err
+		}
+		if err := connectStanding(tx, &w); err != nil {
 			return err
 		}
 		if w.TokenHash != "" {
@@ -90,7 +95,7 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 // RegisterWorker implements store.Store. The token is checked in the same
 // transaction as the registration, so a revoke that committed first is
 // never missed.
-func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string) (store.Worker, error) {
+func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string, caps map[string]store.Caps) (store.Worker, error) {
 	var w store.Worker
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		var err error
@@ -101,6 +106,7 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 			return err
 		}
 		w.Models = append([]string(nil), models...)
+		w.Caps = store.RegisteredCaps(models, caps)
 		w.Registered = true
 		return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
 	})

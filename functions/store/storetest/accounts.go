@@ -333,7 +333,7 @@ func secretTests() []test {
 					t.Fatalf("PutWorker: %v", err)
 				}
 			}
-			if _, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m"}); err != nil {
+			if _, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m"}, nil); err != nil {
 				t.Fatalf("RegisterWorker: %v", err)
 			}
 			got, err := f.s.RevokeWorkerToken(f.ctx, "a1", t1.ID, at(10))

@@ -35,6 +35,53 @@ var admitTests = []test{
 		_, err = f.s.GetJob(f.ctx, "j-missing")
 		wantErr(t, "GetJob missing", err, store.ErrNotFound)
 	}},
+	{"CanaryTargetNeeds", func(t *testing.T, f *fixture) {
+		// A canary aimed at one worker, and what a job needs, stay with
+		// the job through every step.
+		key := f.payer("a1", 100, 0)
+		f.worker("w1", "wa", "m1")
+		r := request(key, "j1", "m1", 5, at(1))
+		r.Job.Canary, r.Job.Target = true, "w1"
+		r.Job.Needs = store.Needs{Vision: true, Tools: true, ResponseFormat: true, Context: 8192}
+		adm, err := f.s.Admit(f.ctx, r)
+		if err != nil {
+			t.Fatalf("Admit: %v", err)
+		}
+		want := adm.Job
+		if !want.Canary || want.Target != "w1" || want.Needs != r.Job.Needs {
+			t.Fatalf("Admit result %+v lost the canary, target or needs", want)
+		}
+		sameJob(t, "GetJob", f.getJob("j1"), want)
+		queued, err := f.s.QueuedJobs(f.ctx, "m1", 10)
+		if err != nil || len(queued) != 1 {
+			t.Fatalf("QueuedJobs: %v, %v", queued, err)
+		}
+		sameJob(t, "QueuedJobs", queued[0], want)
+
+		got := f.assign("j1", "w1", at(2))
+		if !got.Canary || got.Target != "w1" || got.Needs != want.Needs {
+			t.Errorf("Assign result %+v lost the canary, target or needs", got)
+		}
+		sameJob(t, "GetJob after Assign", f.getJob("j1"), got)
+
+		requeued, err := f.s.Requeue(f.ctx, "j1", "w1", at(3))
+		if err != nil {
+			t.Fatalf("Requeue: %v", err)
+		}
+		want.Attempts, want.Updated = 1, at(3)
+		sameJob(t, "Requeue result", requeued, want)
+		sameJob(t, "GetJob after Requeue", f.getJob("j1"), want)
+
+		f.assign("j1", "w1", at(4))
+		failed, err := f.s.Fail(f.ctx, "j1", "canary_timeout", true, at(5))
+		if err != nil {
+			t.Fatalf("Fail: %v", err)
+		}
+		if !failed.Canary || failed.Target != "w1" || failed.Needs != want.Needs {
+			t.Errorf("Fail result %+v lost the canary, target or needs", failed)
+		}
+		sameJob(t, "GetJob after Fail", f.getJob("j1"), failed)
+	}},
 	{"AccountFromKey", func(t *testing.T, f *fixture) {
 		key := f.payer("a1", 100, 0)
 		j := f.admit(key, "j1", "m1", 1, at(1)) // request leaves AccountID empty

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Listener", listenerTests},
 		{"Stats", statsTests},
 		{"Dispatch", dispatchTests},
+		{"Reputation", reputationTests},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -177,7 +178,7 @@ func (f *fixture) admit(keyHash, jobID, model string, price int64, created time.
 func (f *fixture) worker(conn, accountID string, models ...string) store.Worker {
 	f.t.Helper()
 	f.putWorker(conn, accountID)
-	w, err := f.s.RegisterWorker(f.ctx, conn, models)
+	w, err := f.s.RegisterWorker(f.ctx, conn, models, nil)
 	if err != nil {
 		f.t.Fatalf("RegisterWorker %s: %v", conn, err)
 	}
@@ -198,6 +199,7 @@ func (f *fixture) putWorker(conn, accountID string) store.Worker {
 	if err := f.s.PutWorker(f.ctx, w); err != nil {
 		f.t.Fatalf("PutWorker %s: %v", conn, err)
 	}
+	w.Standing = store.StandingActive // a new identity on a new token
 	return w
 }
 
@@ -327,7 +329,15 @@ func normWorker(w store.Worker) store.Worker {
 	if len(w.Models) == 0 {
 		w.Models = nil
 	}
+	if len(w.Caps) == 0 {
+		w.Caps = nil
+	}
 	return w
+}
+
+func normReputation(r store.Reputation) store.Reputation {
+	r.FirstSeen, r.LastSeen = normTime(r.FirstSeen), normTime(r.LastSeen)
+	return r
 }
 
 func sameJob(t *testing.T, what string, got, want store.Job) {
@@ -352,6 +362,13 @@ func sameWorker(t *testing.T, what string, got, want store.Worker) {
 	}
 	g.Models, w.Models = nil, nil
 	if !reflect.DeepEqual(g, w) {
+		t.Errorf("%s:\n got  %+v\n want %+v", what, g, w)
+	}
+}
+
+func sameReputation(t *testing.T, what string, got, want store.Reputation) {
+	t.Helper()
+	if g, w := normReputation(got), normReputation(want); g != w {
 		t.Errorf("%s:\n got  %+v\n want %+v", what, g, w)
 	}
 }

@@ -19,7 +19,7 @@ var workerTests = []test{
 		wantErr(t, "PutWorker same conn", f.s.PutWorker(f.ctx, dup), store.ErrExists)
 		sameWorker(t, "worker after duplicate put", f.getWorker("w1"), want)
 
-		reg, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1", "m2"})
+		reg, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1", "m2"}, nil)
 		if err != nil {
 			t.Fatalf("RegisterWorker: %v", err)
 		}
@@ -52,7 +52,7 @@ var workerTests = []test{
 		for name, call := range map[string]func() error{
 			"GetWorker":      func() error { _, err := f.s.GetWorker(f.ctx, "w1"); return err },
 			"DeleteWorker":   func() error { _, err := f.s.DeleteWorker(f.ctx, "w1"); return err },
-			"RegisterWorker": func() error { _, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1"}); return err },
+			"RegisterWorker": func() error { _, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1"}, nil); return err },
 			"DrainWorker":    func() error { _, err := f.s.DrainWorker(f.ctx, "w1"); return err },
 		} {
 			wantErr(t, name+" of a deleted worker", call(), store.ErrNotFound)
@@ -61,6 +61,44 @@ var workerTests = []test{
 		if got := conns(all); !slices.Equal(got, []string{"w2"}) {
 			t.Errorf("Workers after delete %v, want [w2]", got)
 		}
+	}},
+	{"Caps", func(t *testing.T, f *fixture) {
+		want := f.putWorker("w1", "wa")
+		caps := map[string]store.Caps{
+			"m1": {Vision: true, Tools: true, ResponseFormat: true, Context: 32768},
+			"m2": {},            // plain chat, said explicitly
+			"m9": {Tools: true}, // not registered: not kept
+		}
+		reg, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1", "m2", "m3"}, caps)
+		if err != nil {
+			t.Fatalf("RegisterWorker: %v", err)
+		}
+		want.Registered, want.Models = true, []string{"m1", "m2", "m3"}
+		want.Caps = map[string]store.Caps{"m1": caps["m1"], "m2": {}}
+		sameWorker(t, "RegisterWorker result", reg, want)
+		sameWorker(t, "GetWorker", f.getWorker("w1"), want)
+		idle, err := f.s.IdleWorkers(f.ctx, "m1")
+		if err != nil || len(idle) != 1 {
+			t.Fatalf("IdleWorkers: %v, %v", idle, err)
+		}
+		sameWorker(t, "IdleWorkers", idle[0], want)
+		all, err := f.s.Workers(f.ctx)
+		if err != nil || len(all) != 1 {
+			t.Fatalf("Workers: %v, %v", all, err)
+		}
+		sameWorker(t, "Workers", all[0], want)
+		if w := f.getWorker("w1"); !w.CanServe("m1", store.Needs{Vision: true, Context: 4096}) || w.CanServe("m3", store.Needs{Tools: true}) {
+			t.Errorf("CanServe of %+v", w)
+		}
+
+		// Registering again replaces them; none is plain chat everywhere.
+		reg, err = f.s.RegisterWorker(f.ctx, "w1", []string{"m1"}, nil)
+		if err != nil {
+			t.Fatalf("RegisterWorker again: %v", err)
+		}
+		want.Models, want.Caps = []string{"m1"}, nil
+		sameWorker(t, "RegisterWorker again", reg, want)
+		sameWorker(t, "GetWorker after registering again", f.getWorker("w1"), want)
 	}},
 	{"IdleWorkers", func(t *testing.T, f *fixture) {
 		key := f.payer("a1", 100, 0)
@@ -180,12 +218,12 @@ var workerTests = []test{
 		if _, err := f.s.RevokeWorkerToken(f.ctx, "wa", t1.ID, at(10)); err != nil {
 			t.Fatalf("RevokeWorkerToken: %v", err)
 		}
-		_, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1"})
+		_, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1"}, nil)
 		wantErr(t, "RegisterWorker on a revoked token", err, store.ErrRevoked)
 		if w := f.getWorker("w1"); w.Registered || len(w.Models) != 0 {
 			t.Errorf("worker on a revoked token registered: %+v", w)
 		}
-		if _, err := f.s.RegisterWorker(f.ctx, "w2", []string{"m1"}); err != nil {
+		if _, err := f.s.RegisterWorker(f.ctx, "w2", []string{"m1"}, nil); err != nil {
 			t.Fatalf("RegisterWorker on an active token: %v", err)
 		}
 		idle, err := f.s.IdleWorkers(f.ctx, "m1")
