@@ -91,6 +91,18 @@ variable "account_rate_per_minute" {
   default     = 0
 }
 
+variable "max_tokens_per_second" {
+  description = "Fastest single stream, in tokens per second, a worker's hardware decodes: a reply measured faster was not generated and is rejected; 0 keeps the code's default (1000)."
+  type        = number
+  default     = 0
+}
+
+variable "canary_every_seconds" {
+  description = "Each model's routine canary interval, per API instance (new and quarantined workers get theirs at once); 0 keeps the code's default (60)."
+  type        = number
+  default     = 0
+}
+
 variable "worker_share_percent" {
   description = "Share of a request's price paid to the worker, percent; 0 keeps the code's default."
   type        = number

@@ -196,6 +196,8 @@ type jobRun struct {
 	// text is made of, for the checks.
 	output relaymsg.OutputHasher
 	stats  replyStats
+	// empties counts the workers whose reply to this job was empty.
+	empties int
 	// requestHash is the receipt's request_sha256 of req, once computed.
 	requestHash string
 	// excluded are workers this job may not go to again: they failed it.

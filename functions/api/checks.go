@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"net/http"
 	"unicode"
@@ -134,8 +135,23 @@ func (j *jobRun) checkWork(m *relaymsg.Done, rawSpeed int64) (string, int64) {
 		// Faster, from the post of the job to its done, than any
 		// hardware decodes a single stream: not generated.
 		return "impossible_speed", store.ProofStrikes
+	case j.job.Canary:
+		// A canary's content is judged by its answer: an empty or odd
+		// reply is right when every honest worker's greedy reply is the
+		// same.
+		return "", 0
 	case j.deltas == 0 && m.FinishReason == "stop":
-		return "empty_reply", store.CoherenceStrikes
+		// A model may end its reply at once, and an honest one does now
+		// and then: the reply earns nothing and the job goes to another
+		// worker, but it weighs no strike (a worker that only ever ends
+		// at once fails its canaries). A second worker's empty reply to
+		// the same job, or the last attempt's, is the answer: the request
+		// asked for it.
+		if j.empties > 0 || j.attempts >= j.s.limits.MaxAttempts {
+			return "", 0
+		}
+		j.empties++
+		return "empty_reply", 0
 	}
 	if why := j.stats.incoherent(); why != "" {
 		return why, store.CoherenceStrikes
@@ -158,7 +174,7 @@ func (j *jobRun) rejectWork(clientCtx context.Context, why string, strikes int64
 	s.log.Warn("reply rejected by a check", "job", j.job.ID, "worker", worker, "check", why)
 	kind := store.VerdictRejected
 	if j.job.Canary {
-		kind = store.VerdictCanaryFailed
+		kind, strikes = store.VerdictCanaryFailed, max(strikes, store.CanaryStrikes)
 	}
 	s.Judge(store.Verdict{JobID: j.job.ID, Conn: worker, Pubkey: j.workerPubkey, Kind: kind,
 		Strikes: strikes, Reason: why, At: s.now()})
@@ -209,9 +225,20 @@ func (s *Server) Judge(v store.Verdict) {
 		"strikes", rep.Strikes, "standing", rep.Standing)
 	// The live record has the worse of the identity's and the token's
 	// standing: dispatch goes by it.
+	standing, strikes := rep.Standing, rep.Strikes
 	if w, err := s.store.GetWorker(ctx, v.Conn); err == nil {
-		s.dispatch.Judged(v.Conn, w.Standing, w.Strikes)
-	} else {
-		s.dispatch.Judged(v.Conn, rep.Standing, rep.Strikes)
+		standing, strikes = w.Standing, w.Strikes
+	}
+	s.dispatch.Judged(v.Conn, standing, strikes)
+	if standing == store.StandingBanned {
+		// A banned worker is done here: its connection closes, and the
+		// store refuses it (and its token) on the next connect.
+		s.dispatch.Forget(v.Conn)
+		if _, err := s.store.DeleteWorker(ctx, v.Conn); err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("drop banned worker", "worker", v.Conn, "err", err)
+		}
+		if err := s.conns.Delete(ctx, v.Conn); err != nil {
+			s.log.Warn("close banned worker's connection", "worker", v.Conn, "err", err)
+		}
 	}
 }

@@ -54,7 +54,7 @@ func TestCoherence(t *testing.T) {
 
 // checkWork's claims and speed checks, from what the gateway relayed.
 func TestCheckWork(t *testing.T) {
-	s := &Server{limits: Limits{MaxTokPerSec: 1000}}
+	s := &Server{limits: Limits{MaxTokPerSec: 1000, MaxAttempts: 3}}
 	for _, tc := range []struct {
 		name          string
 		deltas, bytes int64
@@ -70,11 +70,11 @@ func TestCheckWork(t *testing.T) {
 		{"completion inflated", 20, 90, 400, oaiwire.Usage{PromptTokens: 40, CompletionTokens: 200}, "stop", 50_000, "usage_inflated", store.ProofStrikes},
 		{"prompt inflated", 20, 90, 400, oaiwire.Usage{PromptTokens: 5000, CompletionTokens: 20}, "stop", 50_000, "usage_inflated", store.ProofStrikes},
 		{"impossible speed", 200, 900, 400, oaiwire.Usage{CompletionTokens: 200}, "stop", 20_000_000, "impossible_speed", store.ProofStrikes},
-		{"empty with stop", 0, 0, 400, oaiwire.Usage{PromptTokens: 40}, "stop", 0, "empty_reply", store.CoherenceStrikes},
+		{"empty with stop", 0, 0, 400, oaiwire.Usage{PromptTokens: 40}, "stop", 0, "empty_reply", 0},
 		{"empty with length", 0, 0, 400, oaiwire.Usage{PromptTokens: 40}, "length", 0, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := &jobRun{s: s, deltas: tc.deltas, replyBytes: tc.bytes, jobBytes: tc.jobBytes}
+			j := &jobRun{s: s, deltas: tc.deltas, replyBytes: tc.bytes, jobBytes: tc.jobBytes, attempts: 1}
 			j.stats.add(oaiwire.Delta{Content: strings.Repeat("word ", int(tc.bytes/5))})
 			why, strikes := j.checkWork(&relaymsg.Done{Usage: tc.claim, FinishReason: tc.finish}, tc.rawSpeed)
 			if why != tc.want || strikes != tc.wantStrikes {
@@ -85,6 +85,19 @@ func TestCheckWork(t *testing.T) {
 	off := &jobRun{s: &Server{}, deltas: 200, replyBytes: 900, jobBytes: 400}
 	if why, _ := off.checkWork(&relaymsg.Done{Usage: oaiwire.Usage{CompletionTokens: 200}, FinishReason: "stop"}, 20_000_000); why != "" {
 		t.Errorf("speed check with MaxTokPerSec 0: %q, want it off", why)
+	}
+	last := &jobRun{s: s, jobBytes: 400, attempts: 3}
+	if why, _ := last.checkWork(&relaymsg.Done{FinishReason: "stop"}, 0); why != "" {
+		t.Errorf("an empty reply on the last attempt: %q, want it delivered", why)
+	}
+	canary := &jobRun{s: s, job: store.Job{Canary: true}, jobBytes: 400, attempts: 1}
+	canary.stats.add(oaiwire.Delta{Content: strings.Repeat("a", 100)})
+	if why, _ := canary.checkWork(&relaymsg.Done{FinishReason: "stop"}, 0); why != "" {
+		t.Errorf("a canary's odd reply: %q, want it left to the canary's judge", why)
+	}
+	canary.deltas = 2
+	if why, _ := canary.checkWork(&relaymsg.Done{FinishReason: "stop", Usage: oaiwire.Usage{CompletionTokens: 500}}, 0); why != "usage_inflated" {
+		t.Errorf("a canary's inflated usage: %q, want usage_inflated", why)
 	}
 }
 

@@ -84,6 +84,10 @@ type Config struct {
 	Now func() time.Time
 }
 
+// minRefs is how many reference replies per model the runner keeps ready
+// from trusted workers.
+const minRefs = 8
+
 // maxTokenChoices are canaries' max_tokens: a short reply, like many
 // real ones, and the same for every reply compared with it.
 var maxTokenChoices = []int64{16, 24, 32}
@@ -214,6 +218,17 @@ func (r *Runner) Pass(ctx context.Context) error {
 				r.start(ctx, model, w, pool, reps)
 			}
 		}
+		if len(r.refsOfLocked(model)) < minRefs {
+			// Reference replies come from the trusted workers ahead of
+			// need: a new worker's first canary then waits for its own
+			// reply only.
+			for _, w := range pool {
+				if reps[w.Conn].Trusted && !r.busy[w.Conn] {
+					r.start(ctx, model, w, pool, reps)
+					break
+				}
+			}
+		}
 		if now.Sub(r.routine[model]) < r.cfg.Every {
 			continue
 		}
@@ -293,6 +308,14 @@ func (r *Runner) check(ctx context.Context, model string, target store.Worker, p
 		return
 	}
 	maxTokens := maxTokenChoices[rand.IntN(len(maxTokenChoices))]
+	i := rand.IntN(len(openEnded))
+	if known := r.refsOf(model); len(known) > 0 && reps[target.Conn].CanariesPassed == 0 && !reps[target.Conn].Trusted {
+		// A worker that never passed a canary gets a prompt with a
+		// reference reply already: its verdict then needs its own reply
+		// only, and comes sooner.
+		k := known[rand.IntN(len(known))]
+		i, maxTokens = k.prompt, k.maxTokens
+	}
 	if m.KnownAnswers {
 		i := rand.IntN(len(knownAnswer))
 		a, ok := r.ask(ctx, model, knownAnswer[i], maxTokens, target.Conn)
@@ -301,7 +324,6 @@ func (r *Runner) check(ctx context.Context, model string, target store.Worker, p
 		}
 		return
 	}
-	i := rand.IntN(len(openEnded))
 	p, key := openEnded[i], refKey{model, i, maxTokens}
 	if reps[target.Conn].Trusted {
 		if a, ok := r.ask(ctx, model, p, maxTokens, target.Conn); ok {
@@ -446,6 +468,26 @@ func (r *Runner) judge(a answer, pass bool, reason string) {
 	}
 	r.cfg.Gateway.Judge(v)
 }
+
+// refsOf lists the reference replies held for model.
+func (r *Runner) refsOf(model string) []refKey {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refsOfLocked(model)
+}
+
+func (r *Runner) refsOfLocked(model string) []refKey {
+	var out []refKey
+	for k := range r.refs {
+		if k.model == model {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// References counts the reference replies held for model.
+func (r *Runner) References(model string) int { return len(r.refsOf(model)) }
 
 func (r *Runner) ref(k refKey) (string, bool) {
 	r.mu.Lock()

@@ -41,6 +41,8 @@ const (
 	EnvRatePerMinute   = "C0MPUTE_RATE_PER_MINUTE"
 	EnvAccountRate     = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
 	EnvWorkerSharePct  = "C0MPUTE_WORKER_SHARE_PERCENT"
+	EnvMaxTokPerSec    = "C0MPUTE_MAX_TOKENS_PER_SECOND"
+	EnvCanaryEvery     = "C0MPUTE_CANARY_EVERY_SECONDS"
 	defaultBatchWindow = 50 * time.Millisecond
 )
 
@@ -72,6 +74,12 @@ type API struct {
 	// RatePerMinute.
 	AccountRatePerMinute int64 `validate:"min=0"`
 	WorkerSharePercent   int64 `validate:"min=0,max=100"`
+	// MaxTokPerSec overrides api.DefaultLimits' speed check ceiling when
+	// set: the fastest single stream a contributor's hardware decodes.
+	MaxTokPerSec int64 `validate:"min=0,max=1000000"`
+	// CanaryEverySeconds is each model's routine canary interval in each
+	// API instance; 0 keeps the canary runner's default (60 s).
+	CanaryEverySeconds int64 `validate:"min=0,max=86400"`
 }
 
 // Relay is the relay function's configuration.
@@ -121,6 +129,12 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 		return API{}, err
 	}
 	if c.WorkerSharePercent, err = e.integer(EnvWorkerSharePct); err != nil {
+		return API{}, err
+	}
+	if c.MaxTokPerSec, err = e.integer(EnvMaxTokPerSec); err != nil {
+		return API{}, err
+	}
+	if c.CanaryEverySeconds, err = e.integer(EnvCanaryEvery); err != nil {
 		return API{}, err
 	}
 	return c, check(c)
@@ -174,6 +188,7 @@ var variable = map[string]string{
 	"Table": EnvTable, "DynamoEndpoint": EnvDynamoEndpoint, "ConnectionsURL": EnvConnectionsURL,
 	"ListenerSecret": EnvListenerSecret + " or " + EnvListenerFile, "RelayURL": EnvRelayURL,
 	"RatePerMinute": EnvRatePerMinute, "AccountRatePerMinute": EnvAccountRate, "WorkerSharePercent": EnvWorkerSharePct, "BatchWindow": EnvBatchWindowMS,
+	"MaxTokPerSec": EnvMaxTokPerSec, "CanaryEverySeconds": EnvCanaryEvery,
 }
 
 // Secret reads a secret from Secrets Manager (arnVar holds its ARN) or from

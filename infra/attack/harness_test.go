@@ -193,6 +193,23 @@ func (e *env) settled(id string) store.Job {
 	return j
 }
 
+// reputationOf waits for the reputation of an account's one worker
+// identity (a verdict is recorded before the job's answer goes out, but a
+// connect's record may still be on its way) and returns it.
+func (e *env) reputationOf(acct *account) store.Reputation {
+	e.t.Helper()
+	var rep store.Reputation
+	e.waitFor("the reputation of "+acct.id, func() bool {
+		reps, err := e.store.Reputations(context.Background(), acct.id)
+		if err != nil || len(reps) != 1 {
+			return false
+		}
+		rep = reps[0]
+		return true
+	})
+	return rep
+}
+
 // waitFor polls cond until it holds, failing the test after waitLimit.
 func (e *env) waitFor(what string, cond func() bool) {
 	e.t.Helper()

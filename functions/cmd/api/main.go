@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambdaurl"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/canary"
 	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
 	"github.com/c0mpute/c0mpute/functions/listener"
@@ -59,11 +61,22 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if cfg.WorkerSharePercent > 0 {
 		limits.WorkerSharePercent = cfg.WorkerSharePercent
 	}
+	if cfg.MaxTokPerSec > 0 {
+		limits.MaxTokPerSec = cfg.MaxTokPerSec
+	}
 	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
 		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), Limits: limits, Log: log})
 	if err != nil {
 		return nil, err
 	}
+	// Each instance checks workers with canaries while it runs (Lambda
+	// thaws it for requests; a busy network keeps instances warm).
+	runner, err := canary.New(canary.Config{Store: d.Store, Gateway: a, Catalog: d.Catalog, Secret: cfg.ListenerSecret,
+		Every: time.Duration(cfg.CanaryEverySeconds) * time.Second, Log: log.With("component", "canary")})
+	if err != nil {
+		return nil, err
+	}
+	go runner.Run(context.Background())
 	// Lambda freezes the instance between requests, heartbeats included:
 	// make sure the listener connection survived before a job names it.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
