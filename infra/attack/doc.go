@@ -107,6 +107,16 @@
 // away from floods it under its old ticket: dropped, the honest reply
 // arrives whole, charged, its worker paid and still connected).
 //
+// Verified work (issue 12; the cheaters behind the real workerd are
+// infra/cheat's): TestHugeUsageClaims and TestSpeedClaimMonopoly (a usage
+// claim above what was relayed is rejected, refunded, unpaid, and
+// quarantines its worker); TestImpossibleSpeed (64 tokens at once: faster
+// than MaxTokPerSec, rejected the same way); TestCapabilitiesDecideDispatch
+// (tools when no online worker has them: a 400 at once, free; with one
+// that has them, the job goes there); TestWorkersView (a contributor's
+// workers with standing, counts and earnings; nobody else's; offline when
+// gone).
+//
 // Further attacks: TestForeignJobMessages (chunk, done and fail for
 // another worker's job, with the sender's own, an altered, a forged or no
 // ticket, or addressed to a worker: each refused with an error reply, the

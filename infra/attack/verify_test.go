@@ -1,0 +1,150 @@
+package attack_test
+
+// Issue 12 on the real protocol: capabilities decide where a job may go,
+// the speed check rejects a reply faster than any hardware, and the
+// contributor sees its workers' standing.
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// A request with tools, when no online worker registered tools for the
+// model, is a 400 at once naming the field, and costs nothing; once a
+// worker that can serve it registers, the job goes to that worker and to
+// no other.
+func TestCapabilitiesDecideDispatch(t *testing.T) {
+	e := newEnv(t, options{})
+	user, plain, toolsAcct := e.newAccount("user", 10_000), e.newAccount("plain", 0), e.newAccount("tools", 0)
+	e.honestWorker(plain, words("plain", " answer"))
+	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "lookup", "parameters": map[string]any{"type": "object"}}}}
+
+	r := e.chat(user.apiKey, chatBody("call a tool", false, "tools", tools))
+	if r.Status != http.StatusBadRequest || len(r.Errors) != 1 || !strings.Contains(r.Errors[0], `"param":"tools"`) ||
+		!strings.Contains(r.Errors[0], "supports tools") {
+		t.Fatalf("tools on plain workers: %s; want a 400 on param tools", r)
+	}
+	e.expectCredits(user, 10_000)
+
+	h := e.connectHostile(toolsAcct)
+	if err := h.send(&relaymsg.Register{Models: []string{model}, Agent: "tools",
+		Caps: []relaymsg.ModelCaps{{Model: model, Tools: true, Context: 4096}}}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			select {
+			case <-h.closed:
+				return
+			case j := <-h.jobs:
+				_ = h.chunk(j, 0, "looked", " up")
+				_ = h.done(j, 1, 2)
+			}
+		}
+	}()
+	// The capability check reads the online workers every 2 s at most.
+	var served reply
+	e.waitFor("a tools request to be served", func() bool {
+		served = e.chat(user.apiKey, chatBody("call a tool", false, "tools", tools))
+		return served.Status != http.StatusBadRequest
+	})
+	if !served.ok() || served.Content != "looked up" {
+		t.Fatalf("tools request with a tools worker online: %s", served)
+	}
+	if j := e.settled(served.ID); j.WorkerAccount != toolsAcct.id || !j.Needs.Tools {
+		t.Errorf("the tools job went to %s with needs %+v; want the tools worker", j.WorkerAccount, j.Needs)
+	}
+	// Plain requests still go anywhere.
+	if r := e.chat(user.apiKey, chatBody("plain question", false)); !r.ok() {
+		t.Errorf("plain request: %s", r)
+	}
+}
+
+// A reply faster than MaxTokPerSec from the job's post to its done was not
+// generated: it is rejected, the job refunded, the worker quarantined and
+// unpaid.
+func TestImpossibleSpeed(t *testing.T) {
+	e := newEnv(t, options{limits: func(l *api.Limits) { l.MaxTokPerSec = 1000; l.QueueWait = time.Second }})
+	user, mallory := e.newAccount("user", 10_000), e.newAccount("mallory", 0)
+	h := e.hostileWorker(mallory)
+	texts := make([]string, 64)
+	for i := range texts {
+		texts[i] = "fast "
+	}
+	go func() {
+		select {
+		case <-h.closed:
+		case j := <-h.jobs:
+			_ = h.chunk(j, 0, texts...)
+			_ = h.done(j, 1, int64(len(texts)))
+		}
+	}()
+	if r := e.chat(user.apiKey, chatBody("quick", false)); r.Err != nil || r.ok() || r.Status < 500 {
+		t.Fatalf("a reply of 64 tokens at once: %s; want it rejected", r)
+	}
+	e.expectCredits(user, 10_000)
+	rep := e.reputationOf(mallory)
+	if rep.Standing != store.StandingQuarantined || rep.LastReason != "impossible_speed" || rep.JobsRejected != 1 {
+		t.Errorf("the fast worker: %+v; want quarantined for impossible_speed", rep)
+	}
+	e.expectEarned(mallory, 0)
+}
+
+// GET /v1/workers shows a contributor its worker identities with their
+// standing, counts and earnings, and nobody else's.
+func TestWorkersView(t *testing.T) {
+	e := newEnv(t, options{})
+	user, contributor := e.newAccount("user", 10_000), e.newAccount("contributor", 0)
+	w := e.honestWorker(contributor, words("hello", " there"))
+	r := e.chat(user.apiKey, chatBody("hi", false))
+	if !r.ok() {
+		t.Fatalf("request: %s", r)
+	}
+	e.settled(r.ID)
+	e.expectEarned(contributor, earning)
+	var views []api.WorkerView
+	get := func(key string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, e.stack.APIURL+"/workers", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := e.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var list struct {
+			Object string           `json:"object"`
+			Data   []api.WorkerView `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK || list.Object != "list" {
+			t.Fatalf("GET /v1/workers: %d, %v", resp.StatusCode, err)
+		}
+		views = list.Data
+	}
+	get(contributor.apiKey)
+	live := e.workersOf(contributor)
+	if len(views) != 1 || len(live) != 1 {
+		t.Fatalf("the contributor's workers: %+v (live %d); want its one identity", views, len(live))
+	}
+	v := views[0]
+	if v.ID != live[0].Pubkey || v.Wallet != v.ID || v.TokenID == "" || v.State != "active" || strings.Join(v.Models, ",") != model ||
+		v.JobsCompleted != 1 || v.EarnedCredits != earning || v.Strikes != 0 || v.AccountID != "" {
+		t.Errorf("the contributor's worker: %+v", v)
+	}
+	get(user.apiKey)
+	if len(views) != 0 {
+		t.Errorf("the user sees workers that are not its own: %+v", views)
+	}
+	w.stop()
+	e.waitFor("the stopped worker to show offline", func() bool {
+		get(contributor.apiKey)
+		return len(views) == 1 && views[0].State == "offline"
+	})
+}
