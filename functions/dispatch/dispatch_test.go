@@ -108,16 +108,7 @@ func TestUnmeasuredWeighTheMedian(t *testing.T) {
 		t.Fatalf("median %d, want 50,000", got)
 	}
 	total := int64(900_000 + 50_000 + 20_000 + 50_000)
-	counts := map[string]int64{}
-	for r := range total / 1000 {
-		d := &Dispatcher{pick: func(n int64) int64 {
-			if n != total {
-				t.Fatalf("drew from %d, want %d", n, total)
-			}
-			return r * 1000
-		}}
-		counts[ws[d.choose(ws)].Conn]++
-	}
+	counts := draws(t, ws, total)
 	if counts["new"] != 50 {
 		t.Errorf("the unmeasured worker drew %d of %d, want 50", counts["new"], total/1000)
 	}
@@ -226,7 +217,16 @@ func TestEligible(t *testing.T) {
 // Strikes divide a worker's weight: under suspicion it draws less.
 func TestStrikesLowerWeight(t *testing.T) {
 	ws := []store.Worker{{Conn: "clean", MilliTokPerSec: 40_000}, {Conn: "struck", MilliTokPerSec: 40_000, Strikes: 3}}
-	total := int64(40_000 + 10_000)
+	counts := draws(t, ws, 40_000+10_000)
+	if counts["struck"] != 10 || counts["clean"] != 40 {
+		t.Errorf("draws %v, want clean 40 and struck 10", counts)
+	}
+}
+
+// draws runs the weighted choice over ws once for every thousandth of
+// total, the weights' sum, and counts each worker's draws.
+func draws(t *testing.T, ws []store.Worker, total int64) map[string]int64 {
+	t.Helper()
 	counts := map[string]int64{}
 	for r := range total / 1000 {
 		d := &Dispatcher{pick: func(n int64) int64 {
@@ -237,7 +237,5 @@ func TestStrikesLowerWeight(t *testing.T) {
 		}}
 		counts[ws[d.choose(ws)].Conn]++
 	}
-	if counts["struck"] != 10 || counts["clean"] != 40 {
-		t.Errorf("draws %v, want clean 40 and struck 10", counts)
-	}
+	return counts
 }

@@ -22,8 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/mr-tron/base58"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -36,6 +34,7 @@ import (
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/dynamotest"
 	"github.com/c0mpute/c0mpute/infra/ollamatest"
+	"github.com/c0mpute/c0mpute/infra/testenv"
 	"github.com/c0mpute/c0mpute/infra/testmodel"
 	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/backend"
@@ -102,7 +101,7 @@ type suite struct {
 	stack *devnet.Stack
 	store store.Store
 	dump  func() []byte
-	logs  *lockedBuffer
+	logs  *testenv.Buffer
 
 	workers []*worker
 
@@ -171,7 +170,7 @@ func TestCheatersAreQuarantined(t *testing.T) {
 // start brings up the gateway with canaries, on the store the suite runs
 // on, logging into a buffer the privacy check reads.
 func start(t *testing.T) *suite {
-	s := &suite{t: t, logs: &lockedBuffer{}, detected: map[string]store.Reputation{}, reps: map[string]store.Reputation{}, errs: map[string]int{}}
+	s := &suite{t: t, logs: &testenv.Buffer{}, detected: map[string]store.Reputation{}, reps: map[string]store.Reputation{}, errs: map[string]int{}}
 	s.store, s.dump = openStore(t)
 	limits := devnet.ScriptedLimits()
 	limits.RatePerMinute = 100_000
@@ -395,25 +394,7 @@ func openStore(t *testing.T) (store.Store, func() []byte) {
 	if os.Getenv(dynamotest.EnvStore) == "dynamodb" {
 		c := dynamotest.Client(t)
 		table := dynamotest.Table(t, c)
-		return dynamo.New(c, table), func() []byte {
-			var all bytes.Buffer
-			p := dynamodb.NewScanPaginator(c, &dynamodb.ScanInput{TableName: &table})
-			for p.HasMorePages() {
-				page, err := p.NextPage(context.Background())
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, item := range page.Items {
-					var m map[string]any
-					if err := attributevalue.UnmarshalMap(item, &m); err != nil {
-						t.Fatal(err)
-					}
-					b, _ := json.Marshal(m)
-					all.Write(b)
-				}
-			}
-			return all.Bytes()
-		}
+		return dynamo.New(c, table), func() []byte { return []byte(strings.Join(dynamotest.Items(t, c, table), "\n")) }
 	}
 	path := filepath.Join(t.TempDir(), "c0.db")
 	st, err := embedded.Open(path, embedded.WithNoSync())
@@ -537,22 +518,4 @@ func poll(d time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
-}
-
-// lockedBuffer is a log sink many goroutines write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Clone(l.b.Bytes())
 }

@@ -545,25 +545,8 @@ func removeWorkerdBuild() {
 type workerdProcess struct {
 	cmd    *exec.Cmd
 	pubkey string
-	log    *lockedBuffer
+	log    *testenv.Buffer
 	waited bool
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startWorkerd runs `workerd run` configured the way a contributor does
@@ -584,7 +567,7 @@ func (e *env) startWorkerd(t *testing.T, bin, backendURL string) *workerdProcess
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &workerdProcess{pubkey: identity.Address(key), log: &lockedBuffer{}}
+	p := &workerdProcess{pubkey: identity.Address(key), log: &testenv.Buffer{}}
 	p.cmd = exec.Command(bin, "run")
 	var env []string
 	for _, kv := range os.Environ() {

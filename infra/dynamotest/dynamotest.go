@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -185,4 +187,30 @@ func SuiteStore(t testing.TB) store.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// Items is every item of a table (a consistent scan), each as JSON with
+// its keys sorted, after drop removed what it names from it.
+func Items(t testing.TB, c *dynamodb.Client, table string, drop ...string) []string {
+	t.Helper()
+	var out []string
+	p := dynamodb.NewScanPaginator(c, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			t.Fatalf("scan %s: %v", table, err)
+		}
+		for _, item := range page.Items {
+			var m map[string]any
+			if err := attributevalue.UnmarshalMap(item, &m); err != nil {
+				t.Fatalf("scan %s: %v", table, err)
+			}
+			for _, k := range drop {
+				delete(m, k)
+			}
+			b, _ := json.Marshal(m) // maps marshal with sorted keys
+			out = append(out, string(b))
+		}
+	}
+	return out
 }

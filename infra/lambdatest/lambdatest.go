@@ -130,25 +130,8 @@ type Emulator struct {
 	url  string
 	cmd  *exec.Cmd
 	mu   sync.Mutex // one invocation at a time, as the emulator requires
-	logs *syncBuffer
+	logs *testenv.Buffer
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Start runs bootstrap under the emulator with env as the function's
@@ -168,7 +151,7 @@ func Start(t testing.TB, rie, bootstrap string, env map[string]string) *Emulator
 	// Its own process group: stopping it stops the function too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	e := &Emulator{url: "http://127.0.0.1:" + apiPort + "/2015-03-31/functions/function/invocations",
-		cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{})}
+		cmd: cmd, logs: &testenv.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = e.logs, e.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start emulator: %v", err)

@@ -2,7 +2,6 @@ package dynamo_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/c0mpute/c0mpute/functions/store"
@@ -109,23 +106,7 @@ func seed(t *testing.T, s store.Store) {
 // per-call tokens of conditional creates.
 func snapshot(t *testing.T, c *dynamodb.Client, table string) []string {
 	t.Helper()
-	var out []string
-	p := dynamodb.NewScanPaginator(c, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(bg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, item := range page.Items {
-			var m map[string]any
-			if err := attributevalue.UnmarshalMap(item, &m); err != nil {
-				t.Fatal(err)
-			}
-			delete(m, "call_token") // random per call, by design
-			b, _ := json.Marshal(m) // maps marshal with sorted keys
-			out = append(out, string(b))
-		}
-	}
+	out := dynamotest.Items(t, c, table, "call_token") // random per call, by design
 	slices.Sort(out)
 	return out
 }
