@@ -113,7 +113,9 @@
 // quarantines its worker); TestImpossibleSpeed (64 tokens at once: faster
 // than MaxTokPerSec, rejected the same way); TestCapabilitiesDecideDispatch
 // (tools when no online worker has them: a 400 at once, free; with one
-// that has them, the job goes there); TestWorkersView (a contributor's
+// that has them, the job goes there); TestBannedWorkerRefused (a banned
+// identity, and a fresh one on its token: 403 saying banned);
+// TestWorkersView (a contributor's
 // workers with standing, counts and earnings; nobody else's; offline when
 // gone).
 //

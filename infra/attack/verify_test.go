@@ -5,7 +5,10 @@ package attack_test
 // contributor sees its workers' standing.
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -147,4 +150,37 @@ func TestWorkersView(t *testing.T) {
 		get(contributor.apiKey)
 		return len(views) == 1 && views[0].State == "offline"
 	})
+}
+
+// A banned identity, and any identity on its worker token, is refused at
+// connect with a 403 that says why.
+func TestBannedWorkerRefused(t *testing.T) {
+	e := newEnv(t, options{})
+	mallory := e.newAccount("mallory", 0)
+	h := e.hostileWorker(mallory)
+	w := e.workersOf(mallory)[0]
+	for i := range 3 {
+		if _, err := e.store.Judge(context.Background(), store.Verdict{JobID: fmt.Sprintf("canary-%d", i), Conn: w.Conn,
+			Pubkey: w.Pubkey, AccountID: mallory.id, TokenHash: w.TokenHash, Kind: store.VerdictCanaryFailed,
+			Strikes: store.CanaryStrikes, Reason: "canary_mismatch", At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := e.reputationOf(mallory); rep.Standing != store.StandingBanned {
+		t.Fatalf("after three failed canaries: %+v; want banned", rep)
+	}
+	h.ws.CloseNow()
+	// A fresh identity key on the same token is refused too.
+	_, resp, err := e.dialRelay(signedHeader(mallory.token))
+	if err == nil {
+		t.Fatal("a banned token connected")
+	}
+	body := ""
+	if resp != nil {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		body = string(b)
+	}
+	if resp == nil || resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "banned") {
+		t.Errorf("connect on a banned token: %v, body %q; want 403 saying banned", err, body)
+	}
 }

@@ -7,10 +7,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -282,7 +284,15 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 	ws, resp, err := websocket.Dial(dctx, a.cfg.RelayURL, &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
-			return nil, fmt.Errorf("relay refused the worker (HTTP %d): check the worker token: %w", resp.StatusCode, err)
+			// The relay says why (a revoked token, a banned identity);
+			// API Gateway may say nothing.
+			why := "check the worker token"
+			if resp.Body != nil {
+				if b, _ := io.ReadAll(io.LimitReader(resp.Body, 512)); len(bytes.TrimSpace(b)) > 0 {
+					why = string(bytes.TrimSpace(b))
+				}
+			}
+			return nil, fmt.Errorf("relay refused the worker (HTTP %d): %s: %w", resp.StatusCode, why, err)
 		}
 		return nil, fmt.Errorf("dial relay %s: %w", a.cfg.RelayURL, err)
 	}
