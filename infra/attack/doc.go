@@ -115,9 +115,8 @@
 // (tools when no online worker has them: a 400 at once, free; with one
 // that has them, the job goes there); TestBannedWorkerRefused (a banned
 // identity, and a fresh one on its token: 403 saying banned);
-// TestWorkersView (a contributor's
-// workers with standing, counts and earnings; nobody else's; offline when
-// gone).
+// TestWorkersView (a contributor's workers with standing, counts and
+// earnings; nobody else's; offline when gone).
 //
 // Further attacks: TestForeignJobMessages (chunk, done and fail for
 // another worker's job, with the sender's own, an altered, a forged or no
