@@ -63,6 +63,8 @@ resource "aws_lambda_function" "api" {
       C0MPUTE_WORKER_SHARE_PERCENT    = tostring(var.worker_share_percent)
       C0MPUTE_MAX_TOKENS_PER_SECOND   = tostring(var.max_tokens_per_second)
       C0MPUTE_CANARY_EVERY_SECONDS    = tostring(var.canary_every_seconds)
+      C0MPUTE_SIGNIN_DOMAIN           = var.signin_domain
+      C0MPUTE_SIGNIN_CHAIN            = var.signin_chain
     }
   }
 

@@ -103,6 +103,18 @@ variable "canary_every_seconds" {
   default     = 0
 }
 
+variable "signin_domain" {
+  description = "The API's public domain users sign in to with Sign-In With Solana (the host wallets show; https:// on it is the message's URI); empty turns sign-in off."
+  type        = string
+  default     = ""
+}
+
+variable "signin_chain" {
+  description = "The chain sign-in messages name: mainnet, devnet, testnet or localnet (or a solana: form)."
+  type        = string
+  default     = "mainnet"
+}
+
 variable "worker_share_percent" {
   description = "Share of a request's price paid to the worker, percent; 0 keeps the code's default."
   type        = number

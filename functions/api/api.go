@@ -17,6 +17,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/siws"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/go-playground/validator/v10"
 )
@@ -24,6 +25,8 @@ import (
 // Store is what the API needs from the store.
 type Store interface {
 	GetAccount(ctx context.Context, id string) (store.Account, error)
+	CreateAccount(ctx context.Context, a store.Account) error
+	UseNonce(ctx context.Context, nonce string, expires time.Time) error
 	GetAPIKey(ctx context.Context, hash string) (store.Secret, error)
 	ListAPIKeys(ctx context.Context, accountID string) ([]store.Secret, error)
 	PutAPIKey(ctx context.Context, s store.Secret) error
@@ -132,6 +135,7 @@ type Server struct {
 	keys     keyCache
 	tickets  *relaymsg.Ticketer
 	roster   roster
+	signIn   *siws.Issuer
 }
 
 // Config wires a Server. Every field but Now is required.
@@ -144,8 +148,11 @@ type Config struct {
 	// Tickets issues the job tickets the relay checks; made from the
 	// listener secret the relay function holds too.
 	Tickets *relaymsg.Ticketer
-	Limits  Limits
-	Log     *slog.Logger
+	// SignIn issues and verifies Sign-In With Solana; nil turns the
+	// sign-in routes off.
+	SignIn *siws.Issuer
+	Limits Limits
+	Log    *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -167,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Limits.AccountRatePerMinute = cfg.Limits.RatePerMinute
 	}
 	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
-		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets}
+		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -179,6 +186,8 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/stats", handler(s.stats))
 	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
 	mux.Handle("GET /v1/workers", s.authed(s.workers))
+	mux.Handle("POST /v1/auth/siws/challenge", handler(s.challenge))
+	mux.Handle("POST /v1/auth/siws/verify", handler(s.verifySignIn))
 	mux.Handle("GET /v1/keys", s.authed(s.listKeys))
 	mux.Handle("POST /v1/keys", s.authed(s.createKey))
 	mux.Handle("DELETE /v1/keys/{id}", s.authed(s.revokeKey))

@@ -43,6 +43,8 @@ const (
 	EnvWorkerSharePct  = "C0MPUTE_WORKER_SHARE_PERCENT"
 	EnvMaxTokPerSec    = "C0MPUTE_MAX_TOKENS_PER_SECOND"
 	EnvCanaryEvery     = "C0MPUTE_CANARY_EVERY_SECONDS"
+	EnvSignInDomain    = "C0MPUTE_SIGNIN_DOMAIN"
+	EnvSignInChain     = "C0MPUTE_SIGNIN_CHAIN"
 	defaultBatchWindow = 50 * time.Millisecond
 )
 
@@ -80,6 +82,11 @@ type API struct {
 	// CanaryEverySeconds is each model's routine canary interval in each
 	// API instance; 0 keeps the canary runner's default (60 s).
 	CanaryEverySeconds int64 `validate:"min=0,max=86400"`
+	// SignInDomain is the host users sign in to with Sign-In With Solana
+	// (the API's public domain; the message's URI is https:// on it);
+	// empty turns sign-in off. SignInChain is the chain it names.
+	SignInDomain string `validate:"omitempty,hostname_port|fqdn"`
+	SignInChain  string `validate:"omitempty,oneof=mainnet devnet testnet localnet solana:mainnet solana:devnet solana:testnet"`
 }
 
 // Relay is the relay function's configuration.
@@ -137,6 +144,7 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 	if c.CanaryEverySeconds, err = e.integer(EnvCanaryEvery); err != nil {
 		return API{}, err
 	}
+	c.SignInDomain, c.SignInChain = e(EnvSignInDomain), e(EnvSignInChain)
 	return c, check(c)
 }
 
@@ -189,6 +197,7 @@ var variable = map[string]string{
 	"ListenerSecret": EnvListenerSecret + " or " + EnvListenerFile, "RelayURL": EnvRelayURL,
 	"RatePerMinute": EnvRatePerMinute, "AccountRatePerMinute": EnvAccountRate, "WorkerSharePercent": EnvWorkerSharePct, "BatchWindow": EnvBatchWindowMS,
 	"MaxTokPerSec": EnvMaxTokPerSec, "CanaryEverySeconds": EnvCanaryEvery,
+	"SignInDomain": EnvSignInDomain, "SignInChain": EnvSignInChain,
 }
 
 // Secret reads a secret from Secrets Manager (arnVar holds its ARN) or from

@@ -34,6 +34,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/relayroutes"
+	"github.com/c0mpute/c0mpute/functions/siws"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/infra/relay"
 )
@@ -252,8 +253,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		apiLn.Close()
 		return nil, err
 	}
+	// Sign-In With Solana for this stack's own address, on the local chain.
+	host := apiLn.Addr().String()
+	signIn, err := siws.NewIssuer(secret, host, "http://"+host, "localnet", api.SignInStatement)
+	if err != nil {
+		apiLn.Close()
+		return nil, err
+	}
 	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: s.Conns, Relay: s.listener,
-		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), Limits: cfg.Limits, Log: log.With("component", "api")})
+		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, Limits: cfg.Limits, Log: log.With("component", "api")})
 	if err != nil {
 		apiLn.Close()
 		return nil, err

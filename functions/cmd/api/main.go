@@ -22,6 +22,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/siws"
 )
 
 func main() {
@@ -64,8 +65,18 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if cfg.MaxTokPerSec > 0 {
 		limits.MaxTokPerSec = cfg.MaxTokPerSec
 	}
+	var signIn *siws.Issuer
+	if cfg.SignInDomain != "" {
+		chain := cfg.SignInChain
+		if chain == "" {
+			chain = "mainnet"
+		}
+		if signIn, err = siws.NewIssuer(cfg.ListenerSecret, cfg.SignInDomain, "https://"+cfg.SignInDomain, chain, api.SignInStatement); err != nil {
+			return nil, err
+		}
+	}
 	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
-		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), Limits: limits, Log: log})
+		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), SignIn: signIn, Limits: limits, Log: log})
 	if err != nil {
 		return nil, err
 	}
