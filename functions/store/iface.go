@@ -20,8 +20,10 @@ type Store interface {
 	// then unchanged. deposit says whether it counts in TotalDeposited.
 	Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (applied bool, err error)
 
-	// PutAPIKey stores a new key; ErrLimit when the account already has
-	// MaxActiveKeys active keys; ErrExists if the hash is taken.
+	// PutAPIKey stores a new key, with its name and spend controls (its
+	// usage starts at 0 whatever s says); ErrLimit when the account
+	// already has MaxActiveKeys active keys; ErrExists if the hash is
+	// taken.
 	PutAPIKey(ctx context.Context, s Secret) error
 	// GetAPIKey finds a key by hash, revoked or not; ErrNotFound.
 	GetAPIKey(ctx context.Context, hash string) (Secret, error)
@@ -30,6 +32,13 @@ type Store interface {
 	// RevokeAPIKey revokes the account's key with that public id;
 	// ErrNotFound if the account has no such key. Revoking twice is nil.
 	RevokeAPIKey(ctx context.Context, accountID, id string, at time.Time) error
+	// UpdateAPIKey applies p to the account's key with that public id and
+	// returns it; ErrNotFound if the account has no such key (revoked
+	// keys included: their name and controls may still change).
+	UpdateAPIKey(ctx context.Context, accountID, id string, p KeyPatch) (Secret, error)
+	// RenameWorkerToken sets the name of the account's worker token with
+	// that public id; ErrNotFound if the account has none.
+	RenameWorkerToken(ctx context.Context, accountID, id, name string) (Secret, error)
 
 	// PutWorkerToken, GetWorkerToken and ListWorkerTokens mirror the API
 	// key methods for worker tokens (cwt_…), a separate namespace.
@@ -47,12 +56,17 @@ type Store interface {
 	UseNonce(ctx context.Context, nonce string, expires time.Time) error
 
 	// Admit is the hot path's one write before dispatch, all or nothing:
-	// ErrRevoked if the key is revoked, ErrRateLimited if the key already
+	// ErrRevoked if the key is revoked, ErrExpired if it is past its
+	// ExpiresAt at Job.Created, ErrKeyLimit if the key's spend in the
+	// period of Job.Created (Secret.Spent) plus Job.Price would pass its
+	// Limit, ErrRateLimited if the key already
 	// made Limit requests in Window or the account (all its keys together)
 	// AccountLimit (when non-zero), ErrInsufficientCredits if the
 	// allowance plus the balance cannot pay Job.Price; otherwise it counts
 	// the request against both windows, debits the price (allowance
-	// first), and stores Job as queued. It returns the job as stored
+	// first), adds it to the key's Usage and period usage (Period set to
+	// the period of Job.Created), and stores Job as queued with KeyHash
+	// set to the key's. It returns the job as stored
 	// (FromAllowance set) with the window's counts.
 	// ErrNotFound if the key or the account is missing; ErrExists if the
 	// job id is taken. Job.AccountID, if set, must be the key's account;
@@ -89,7 +103,8 @@ type Store interface {
 	GetReceipt(ctx context.Context, jobID string) (Receipt, error)
 	// Fail ends a queued or assigned job, frees its worker if it still
 	// holds the job, and refunds the price exactly once when refund is
-	// set. Failing a failed job again changes nothing except that a
+	// set — to the account, and out of its key's Usage (and PeriodUsage,
+	// while the key's Period is still the period of the job's Created). Failing a failed job again changes nothing except that a
 	// refund asked for now and not given before is given; failing a done
 	// job is ErrConflict. It returns the job as stored.
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (Job, error)

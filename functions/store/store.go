@@ -9,6 +9,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -34,6 +35,11 @@ var (
 	ErrLimit = errors.New("store: limit reached")
 	// ErrBanned means the worker identity or its worker token is banned.
 	ErrBanned = errors.New("store: banned")
+	// ErrExpired means the API key is past its ExpiresAt.
+	ErrExpired = errors.New("store: expired")
+	// ErrKeyLimit means the API key's spend in its period would pass its
+	// Limit.
+	ErrKeyLimit = errors.New("store: key spend limit reached")
 )
 
 // MaxActiveKeys is the most active API keys or worker tokens one account may
@@ -76,10 +82,72 @@ type Secret struct {
 	AccountID string    `json:"account_id"`
 	CreatedAt time.Time `json:"created_at"`
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// Name is the owner's label for it.
+	Name string `json:"name,omitempty"`
+
+	// The spend controls of an API key (a worker token has none).
+	//
+	// Limit caps what the key may spend, in credits, in each LimitReset
+	// period (a Reset* value; "" is all time); 0 is no cap. ExpiresAt
+	// ends the key; zero is never.
+	Limit      int64     `json:"limit,omitempty"`
+	LimitReset string    `json:"limit_reset,omitempty"`
+	ExpiresAt  time.Time `json:"expires_at,omitzero"`
+	// Usage is what the key spent, all time, in credits, refunds taken
+	// back out. PeriodUsage is the part of it in Period, the PeriodOf
+	// key of the last period it spent in.
+	Usage       int64  `json:"usage,omitempty"`
+	PeriodUsage int64  `json:"period_usage,omitempty"`
+	Period      string `json:"period,omitempty"`
 }
 
-// Active reports whether the secret may still be used.
+// Active reports whether the secret may still be used (expiry aside: see
+// Expired).
 func (s Secret) Active() bool { return s.RevokedAt.IsZero() }
+
+// Expired reports whether an API key is past its ExpiresAt at now.
+func (s Secret) Expired(now time.Time) bool { return !s.ExpiresAt.IsZero() && !now.Before(s.ExpiresAt) }
+
+// Spent is what the key spent in the period of now.
+func (s Secret) Spent(now time.Time) int64 {
+	if s.Period != PeriodOf(s.LimitReset, now) {
+		return 0
+	}
+	return s.PeriodUsage
+}
+
+// Limit reset periods (UTC; a week starts on Monday, ISO 8601).
+const (
+	ResetDaily   = "daily"
+	ResetWeekly  = "weekly"
+	ResetMonthly = "monthly"
+)
+
+// PeriodOf is the key of the reset period containing t: "2026-12-01"
+// daily, "2026-W49" weekly, "2026-12" monthly, "" for a limit that never
+// resets.
+func PeriodOf(reset string, t time.Time) string {
+	t = t.UTC()
+	switch reset {
+	case ResetDaily:
+		return t.Format(time.DateOnly)
+	case ResetWeekly:
+		y, w := t.ISOWeek()
+		return fmt.Sprintf("%d-W%02d", y, w)
+	case ResetMonthly:
+		return t.Format("2006-01")
+	}
+	return ""
+}
+
+// KeyPatch changes an API key's name and spend controls; a nil field is
+// left as it is. A zero Limit removes the cap, a zero ExpiresAt the expiry.
+type KeyPatch struct {
+	Name       *string
+	Limit      *int64
+	LimitReset *string
+	ExpiresAt  *time.Time
+}
 
 // JobState is a job's place in its life. Transitions:
 //
@@ -140,6 +208,9 @@ type Job struct {
 	Target string `json:"target,omitempty"`
 	// Needs is what a worker must support to serve the job.
 	Needs Needs `json:"needs,omitzero"`
+	// KeyHash is the API key the job was admitted with, whose usage a
+	// refund takes back.
+	KeyHash string `json:"key_hash,omitempty"`
 }
 
 // Needs is what a request asks of the worker that serves it.
