@@ -140,6 +140,30 @@ func PeriodOf(reset string, t time.Time) string {
 	return ""
 }
 
+// CheckSpendControls reports whether an API key's Limit and LimitReset
+// may be stored: the limit not negative, the reset "" or a Reset* value.
+func CheckSpendControls(limit int64, reset string) error {
+	if limit < 0 {
+		return fmt.Errorf("negative key limit %d", limit)
+	}
+	switch reset {
+	case "", ResetDaily, ResetWeekly, ResetMonthly:
+		return nil
+	}
+	return fmt.Errorf("unknown limit reset %q", reset)
+}
+
+// Fresh is s as PutAPIKey (apiKey) or PutWorkerToken stores it: usage at
+// 0 and, for a worker token, no spend controls. The error says the
+// controls are not valid (CheckSpendControls).
+func (s Secret) Fresh(apiKey bool) (Secret, error) {
+	s.Usage, s.PeriodUsage, s.Period = 0, 0, ""
+	if !apiKey {
+		s.Limit, s.LimitReset, s.ExpiresAt = 0, "", time.Time{}
+	}
+	return s, CheckSpendControls(s.Limit, s.LimitReset)
+}
+
 // KeyPatch changes an API key's name and spend controls; a nil field is
 // left as it is. A zero Limit removes the cap, a zero ExpiresAt the expiry.
 type KeyPatch struct {
@@ -147,6 +171,31 @@ type KeyPatch struct {
 	Limit      *int64
 	LimitReset *string
 	ExpiresAt  *time.Time
+}
+
+// Apply changes s as p says (usage and period stay: Spent reads a period
+// that no longer matches the reset as nothing spent).
+func (p KeyPatch) Apply(s *Secret) {
+	if p.Name != nil {
+		s.Name = *p.Name
+	}
+	if p.Limit != nil {
+		s.Limit = *p.Limit
+	}
+	if p.LimitReset != nil {
+		s.LimitReset = *p.LimitReset
+	}
+	if p.ExpiresAt != nil {
+		s.ExpiresAt = *p.ExpiresAt
+	}
+}
+
+// Check reports whether the key p would make may be stored (see
+// CheckSpendControls); only the fields p sets are checked.
+func (p KeyPatch) Check() error {
+	var s Secret
+	p.Apply(&s)
+	return CheckSpendControls(s.Limit, s.LimitReset)
 }
 
 // JobState is a job's place in its life. Transitions:

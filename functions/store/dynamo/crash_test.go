@@ -72,17 +72,27 @@ var (
 		return store.AdmitRequest{KeyHash: "kh", Window: t0.Truncate(time.Minute), Limit: 100,
 			Job: store.Job{ID: id, Model: "m", Price: 10, Listener: "l1", Created: t0}}
 	}
+	// limitedReq admits on the key with a daily spend limit, saying
+	// whose job it is (as the API does: Admit reads nothing first).
+	limitedReq = func(id string) store.AdmitRequest {
+		r := req(id)
+		r.KeyHash, r.Job.AccountID = "kl", "a"
+		return r
+	}
 )
 
 // seed is the state every operation starts from: a paying account with an
-// allowance and a key, a worker account with a token, two registered idle
-// workers, a queued job and a job assigned to w1.
+// allowance, a key and a key with a daily spend limit, a worker account
+// with a token, two registered idle workers, a queued job, a job assigned
+// to w1 and a queued job on the limited key.
 func seed(t *testing.T, s store.Store) {
 	t.Helper()
 	steps := []error{
 		s.CreateAccount(bg, store.Account{ID: "a", Credits: 100, FreeAllowanceLeft: 4, CreatedAt: t0}),
 		s.CreateAccount(bg, store.Account{ID: "wa", CreatedAt: t0}),
 		s.PutAPIKey(bg, store.Secret{Hash: "kh", ID: "k1", AccountID: "a", CreatedAt: t0}),
+		s.PutAPIKey(bg, store.Secret{Hash: "kl", ID: "kl1", AccountID: "a", CreatedAt: t0, Name: "capped",
+			Limit: 50, LimitReset: store.ResetDaily}),
 		s.PutWorkerToken(bg, store.Secret{Hash: "th", ID: "t1", AccountID: "wa", CreatedAt: t0}),
 		s.PutWorker(bg, store.Worker{Conn: "w1", AccountID: "wa", TokenHash: "th", Pubkey: "pk1", ConnectedAt: t0}),
 		s.PutWorker(bg, store.Worker{Conn: "w2", AccountID: "wa", TokenHash: "th", Pubkey: "pk2", ConnectedAt: t0}),
@@ -96,6 +106,8 @@ func seed(t *testing.T, s store.Store) {
 	_, err = s.Admit(bg, req("running"))
 	steps = append(steps, err)
 	_, err = s.Assign(bg, "running", "w1", t0)
+	steps = append(steps, err)
+	_, err = s.Admit(bg, limitedReq("limited"))
 	steps = append(steps, err)
 	if err := errors.Join(steps...); err != nil {
 		t.Fatalf("seed: %v", err)
@@ -126,6 +138,19 @@ func TestCrashAtEveryWrite(t *testing.T) {
 	}{
 		{"Grant", func(s store.Store) error { _, err := s.Grant(bg, "a", 50, "deposit-sig-1", true); return err }},
 		{"Admit", func(s store.Store) error { _, err := s.Admit(bg, req("new")); return err }},
+		{"AdmitLimited", func(s store.Store) error { _, err := s.Admit(bg, limitedReq("new")); return err }},
+		{"FailRefundLimited", func(s store.Store) error {
+			_, err := s.Fail(bg, "limited", "queue_timeout", true, t0.Add(time.Second))
+			return err
+		}},
+		{"UpdateAPIKey", func(s store.Store) error {
+			_, err := s.UpdateAPIKey(bg, "a", "kl1", store.KeyPatch{Name: new("renamed"), Limit: new(int64(0))})
+			return err
+		}},
+		{"RenameWorkerToken", func(s store.Store) error {
+			_, err := s.RenameWorkerToken(bg, "wa", "t1", "rack")
+			return err
+		}},
 		{"Assign", func(s store.Store) error { _, err := s.Assign(bg, "queued", "w2", t0.Add(time.Second)); return err }},
 		{"Requeue", func(s store.Store) error { _, err := s.Requeue(bg, "running", "w1", t0.Add(time.Second)); return err }},
 		{"Complete", func(s store.Store) error {

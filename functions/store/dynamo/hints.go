@@ -28,6 +28,27 @@ type hints struct {
 	// rate-limit window (of a key or an account), for the counts Admit
 	// reports: a transaction returns nothing on success.
 	admitted map[string]int64
+	// keys is each API key's spend controls and period as last seen,
+	// which Admit's and a refund's writes to the key are built from; an
+	// unknown key is assumed to have none (most keys), nor a period.
+	keys map[string]keySpend
+}
+
+// keySpend is what a write to an API key's usage assumes of the key.
+type keySpend struct {
+	limit  int64
+	reset  string
+	period string
+	// periodUsage is known (only) when the key was just read back from
+	// a failed condition; a refund's first try assumes it holds the
+	// job's price.
+	periodUsage int64
+	known       bool
+}
+
+// spendOf is what a key as stored says of its spending.
+func spendOf(i secretItem) keySpend {
+	return keySpend{limit: i.Limit, reset: i.Reset, period: i.Period, periodUsage: i.PeriodUsage, known: true}
 }
 
 func (h *hints) init() {
@@ -35,6 +56,7 @@ func (h *hints) init() {
 	h.workers = map[string]workerIdentity{}
 	h.allowances = map[string]int64{}
 	h.admitted = map[string]int64{}
+	h.keys = map[string]keySpend{}
 }
 
 func put[V any](h *hints, m *map[string]V, k string, v V) {
@@ -94,6 +116,15 @@ func (h *hints) allowance(account string) int64 {
 }
 
 func (h *hints) setAllowance(account string, v int64) { put(h, &h.allowances, account, v) }
+
+func (h *hints) key(hash string) keySpend { k, _ := get(h, &h.keys, hash); return k }
+
+// setKey remembers a key's controls and period; its period usage, which
+// every Admit changes, is never a hint.
+func (h *hints) setKey(hash string, k keySpend) {
+	k.periodUsage, k.known = 0, false
+	put(h, &h.keys, hash, k)
+}
 
 // countAdmitted adds one to the requests this process admitted in a window
 // and returns the new count. Concurrent callers get distinct counts.

@@ -88,6 +88,13 @@ const (
 	aPassed    = "canaries_passed"
 	aFailed    = "canaries_failed"
 	aRepEarned = "earned_credits"
+	aName      = "name"
+	aLimit     = "limit"
+	aReset     = "limit_reset"
+	aExpiresAt = "expires_at"
+	aUsage     = "usage"
+	aPerUsage  = "period_usage"
+	aPeriod    = "period"
 )
 
 type key struct {
@@ -204,24 +211,39 @@ func (i accountItem) account() store.Account {
 
 // secretItem is an API key or worker token: once under its hash (the
 // lookup on every request) and once in its account's partition (listing,
-// oldest first), written together.
+// oldest first), written together. The hash item is the record: Admit
+// counts the usage there, and a name or spend controls change there only;
+// the account's item says which secrets there are, and in what order.
+// Empty strings and zero numbers are not stored, so that an attribute
+// that is absent is the zero value in conditions too.
 type secretItem struct {
 	key
-	Hash    string `dynamodbav:"hash"`
-	ID      string `dynamodbav:"id"`
-	Account string `dynamodbav:"account"`
-	Created int64  `dynamodbav:"created,omitempty"`
-	Revoked int64  `dynamodbav:"revoked,omitempty"`
+	Hash        string `dynamodbav:"hash"`
+	ID          string `dynamodbav:"id"`
+	Account     string `dynamodbav:"account"`
+	Created     int64  `dynamodbav:"created,omitempty"`
+	Revoked     int64  `dynamodbav:"revoked,omitempty"`
+	Name        string `dynamodbav:"name,omitempty"`
+	Limit       int64  `dynamodbav:"limit,omitempty"`
+	Reset       string `dynamodbav:"limit_reset,omitempty"`
+	Expires     int64  `dynamodbav:"expires_at,omitempty"`
+	Usage       int64  `dynamodbav:"usage,omitempty"`
+	PeriodUsage int64  `dynamodbav:"period_usage,omitempty"`
+	Period      string `dynamodbav:"period,omitempty"`
 }
 
 func toSecretItem(k key, s store.Secret) secretItem {
 	return secretItem{key: k, Hash: s.Hash, ID: s.ID, Account: s.AccountID,
-		Created: nanos(s.CreatedAt), Revoked: nanos(s.RevokedAt)}
+		Created: nanos(s.CreatedAt), Revoked: nanos(s.RevokedAt), Name: s.Name, Limit: s.Limit,
+		Reset: s.LimitReset, Expires: nanos(s.ExpiresAt), Usage: s.Usage, PeriodUsage: s.PeriodUsage,
+		Period: s.Period}
 }
 
 func (i secretItem) secret() store.Secret {
 	return store.Secret{Hash: i.Hash, ID: i.ID, AccountID: i.Account,
-		CreatedAt: fromNanos(i.Created), RevokedAt: fromNanos(i.Revoked)}
+		CreatedAt: fromNanos(i.Created), RevokedAt: fromNanos(i.Revoked), Name: i.Name, Limit: i.Limit,
+		LimitReset: i.Reset, ExpiresAt: fromNanos(i.Expires), Usage: i.Usage, PeriodUsage: i.PeriodUsage,
+		Period: i.Period}
 }
 
 // jobItem is a job. GPK and GSK are set while it is queued, which puts it
@@ -252,6 +274,8 @@ type jobItem struct {
 	// Needs is the job's needs, in the form of capabilities: the same
 	// four fields.
 	Needs capsItem `dynamodbav:"needs"`
+	// KeyHash is the API key the job was admitted with.
+	KeyHash string `dynamodbav:"key_hash,omitempty"`
 }
 
 // capsItem is a worker's capabilities for one model, or a job's needs.
@@ -293,7 +317,7 @@ func toJobItem(j store.Job) jobItem {
 		WorkerAccount: j.WorkerAccount, WorkerPubkey: j.WorkerPubkey, Attempts: int64(j.Attempts), Created: nanos(j.Created),
 		Updated: nanos(j.Updated), Refunded: j.Refunded, FailReason: j.FailReason,
 		PromptTokens: j.PromptTokens, CompletionTokens: j.CompletionTokens,
-		Canary: j.Canary, Target: j.Target, Needs: capsItem(j.Needs)}
+		Canary: j.Canary, Target: j.Target, Needs: capsItem(j.Needs), KeyHash: j.KeyHash}
 	if j.State == store.JobQueued {
 		i.GPK, i.GSK = queuePartition(j.Model, j.ID), queueSortKey(j)
 	}
@@ -306,7 +330,7 @@ func (i jobItem) job() store.Job {
 		Worker: i.Worker, WorkerAccount: i.WorkerAccount, WorkerPubkey: i.WorkerPubkey, Attempts: int(i.Attempts),
 		Created: fromNanos(i.Created), Updated: fromNanos(i.Updated), Refunded: i.Refunded,
 		FailReason: i.FailReason, PromptTokens: i.PromptTokens, CompletionTokens: i.CompletionTokens,
-		Canary: i.Canary, Target: i.Target, Needs: store.Needs(i.Needs)}
+		Canary: i.Canary, Target: i.Target, Needs: store.Needs(i.Needs), KeyHash: i.KeyHash}
 }
 
 // workerItem is a live worker, in the index's worker partitions for as

@@ -28,20 +28,22 @@ type values = map[string]types.AttributeValue
 // The items of Admit's transaction, in order; a cancellation's reasons are
 // indexed the same way.
 const (
-	admitKey         = iota // the API key: exists, not revoked, this account's
+	admitKey         = iota // the API key: exists, not revoked, this account's, not expired, within its limit; counts the spend
 	admitJob                // the job: a new id
 	admitKeyRate            // the key's window: below Limit
 	admitAccountRate        // the account's window: below AccountLimit
 	admitAccount            // the account: pays, with the allowance the split assumed
 )
 
-// Admit implements store.Store in one transaction: the key must be active
-// and the account's, the job id new, the key's and the account's rate
-// windows below their limits and the balance enough. The split of the
-// price between allowance and credits depends on the allowance, which the
-// write must know: it uses the allowance last seen for the account (none,
-// for most accounts), conditions on it, and if that was stale the failed
-// condition returns the account as it is and the second try is exact.
+// Admit implements store.Store in one transaction: the key must be active,
+// the account's, unexpired and within its spend limit, the job id new, the
+// key's and the account's rate windows below their limits and the balance
+// enough. The split of the price between allowance and credits depends on
+// the allowance, which the write must know: it uses the allowance last
+// seen for the account (none, for most accounts), conditions on it, and if
+// that was stale the failed condition returns the account as it is and the
+// second try is exact. The key's spend is written the same way, from its
+// limit, reset and period last seen (see chargeKeyItem).
 //
 // A transaction returns nothing when it succeeds, and reading the windows
 // back would add a round trip to the hot path, so the counts reported are
@@ -79,7 +81,7 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 	}
 	job := store.Job{ID: in.ID, AccountID: accountID, Model: in.Model, Price: in.Price,
 		State: store.JobQueued, Listener: in.Listener, Created: in.Created, Updated: in.Updated,
-		Canary: in.Canary, Target: in.Target, Needs: in.Needs}
+		Canary: in.Canary, Target: in.Target, Needs: in.Needs, KeyHash: r.KeyHash}
 	if job.Updated.IsZero() {
 		job.Updated = job.Created
 	}
@@ -97,6 +99,7 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		accountRate.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 	}
 	allowance := s.hints.allowance(accountID)
+	spend := s.hints.key(r.KeyHash)
 	for try := 0; ; try++ {
 		job.FromAllowance = min(max(allowance, 0), job.Price)
 		fromCredits := job.Price - job.FromAllowance
@@ -120,11 +123,7 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 			v[":zero"] = num(0)
 		}
 		err = s.transact(ctx, []types.TransactWriteItem{
-			admitKey: {ConditionCheck: &types.ConditionCheck{TableName: s.tableName(), Key: apiKeys.hashKey(r.KeyHash).av(),
-				ConditionExpression:                 aws.String("attribute_exists(pk) AND attribute_not_exists(#revoked) AND #account = :account"),
-				ExpressionAttributeNames:            names(aRevoked, aAccount),
-				ExpressionAttributeValues:           values{":account": str(accountID)},
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+			admitKey: s.chargeKeyItem(r.KeyHash, accountID, job, spend),
 			admitJob: {Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
 			admitKeyRate: {Update: &types.Update{TableName: s.tableName(), Key: keyWindow.av(),
 				UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
@@ -146,22 +145,32 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 				return fail(err)
 			}
 			s.hints.setAllowance(accountID, allowance-job.FromAllowance)
+			spend.period = store.PeriodOf(spend.reset, job.Created)
+			s.hints.setKey(r.KeyHash, spend)
 			s.hints.setJob(job)
 			return store.Admission{Job: job, KeyRequests: s.hints.countAdmitted(keyWindow),
 				AccountRequests: s.hints.countAdmitted(accountWindow)}, nil
 		}
 		switch {
 		case tf.failed(admitKey):
-			var key secretItem
-			if old := tf.old(admitKey); old == nil {
-				return fail(fmt.Errorf("api key: %w", store.ErrNotFound))
-			} else if err := unmarshal(old, &key); err != nil {
+			// Refused, or what this process knew of the key's spend
+			// was stale: the key as it is says which.
+			spend, err = chargeRefused(tf.old(admitKey), accountID, job)
+			s.hints.setKey(r.KeyHash, spend)
+			if err != nil {
 				return fail(err)
 			}
-			if key.Revoked != 0 {
-				return fail(fmt.Errorf("api key %s: %w", key.ID, store.ErrRevoked))
+			if tf.failed(admitAccount) && tf.old(admitAccount) != nil {
+				// Learn the allowance too, or the next try fails there.
+				var a accountItem
+				if err := unmarshal(tf.old(admitAccount), &a); err != nil {
+					return fail(err)
+				}
+				allowance = a.Allowance
 			}
-			return fail(fmt.Errorf("job account %q is not the api key's account", accountID))
+			if try >= maxStaleRetries {
+				return fail(fmt.Errorf("api key keeps changing: %w", store.ErrConflict))
+			}
 		case tf.failed(admitJob):
 			return fail(fmt.Errorf("job: %w", store.ErrExists))
 		case tf.failed(admitKeyRate):
@@ -670,7 +679,9 @@ func (s *Store) countCompletion(jobID string, tokens int64, at time.Time) []type
 }
 
 // Fail implements store.Store. It reads the job first: Fail is off the hot
-// path, and what it writes depends on the job's state.
+// path, and what it writes depends on the job's state. A refund takes the
+// price out of the key's usage in the same transaction, built from the
+// key's reset and period as last seen (see refundKeyItem).
 func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error) {
 	fail := func(err error) (store.Job, error) {
 		return store.Job{}, fmt.Errorf("dynamo: fail job %s: %w", jobID, err)
@@ -680,6 +691,7 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 		return fail(err)
 	}
 	freeWorker := true
+	refundKey, spend := true, s.hints.key(job.KeyHash)
 	for try := 0; ; try++ {
 		next := job
 		var cond string
@@ -734,6 +746,11 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 				ExpressionAttributeValues: values{":fc": num(job.Price - job.FromAllowance), ":fa": num(job.FromAllowance),
 					":price": num(job.Price)}}})
 		}
+		keyAt := -1
+		if refundAt >= 0 && refundKey && job.KeyHash != "" && job.Price > 0 {
+			keyAt = len(items)
+			items = append(items, s.refundKeyItem(job, spend))
+		}
 		freeAt := -1
 		if job.State == store.JobAssigned && freeWorker {
 			freeAt = len(items)
@@ -755,6 +772,18 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 			}
 		case refundAt >= 0 && tf.failed(refundAt):
 			return fail(fmt.Errorf("account %s: %w", job.AccountID, store.ErrNotFound))
+		case keyAt >= 0 && tf.failed(keyAt):
+			// The key's reset, period or period usage was not as
+			// known, or the key is gone (nothing to take back).
+			old := tf.old(keyAt)
+			if refundKey = old != nil; refundKey {
+				var it secretItem
+				if err := unmarshal(old, &it); err != nil {
+					return fail(err)
+				}
+				spend = spendOf(it)
+				s.hints.setKey(job.KeyHash, spend)
+			}
 		case freeAt >= 0 && tf.failed(freeAt):
 			freeWorker = false
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -86,11 +88,18 @@ func (s *Store) putSecret(ctx context.Context, kind secretKind, sec store.Secret
 	if sec.Hash == "" || sec.AccountID == "" {
 		return fmt.Errorf("dynamo: put %s: empty hash or account", kind.name)
 	}
+	sec, err := sec.Fresh(!kind.workers)
+	if err != nil {
+		return fmt.Errorf("dynamo: put %s %s for %s: %w", kind.name, sec.ID, sec.AccountID, err)
+	}
 	byHash, err := marshal(toSecretItem(kind.hashKey(sec.Hash), sec))
 	if err != nil {
 		return err
 	}
-	inAccount, err := marshal(toSecretItem(kind.indexKey(sec), sec))
+	// The account's item lists the secret: its name and controls are
+	// the hash item's alone.
+	inAccount, err := marshal(toSecretItem(kind.indexKey(sec), store.Secret{Hash: sec.Hash, ID: sec.ID,
+		AccountID: sec.AccountID, CreatedAt: sec.CreatedAt, RevokedAt: sec.RevokedAt}))
 	if err != nil {
 		return err
 	}
@@ -122,7 +131,15 @@ func (s *Store) putSecret(ctx context.Context, kind secretKind, sec store.Secret
 	if err != nil {
 		return fmt.Errorf("dynamo: put %s %s for %s: %w", kind.name, sec.ID, sec.AccountID, err)
 	}
+	s.learn(kind, toSecretItem(key{}, sec))
 	return nil
+}
+
+// learn remembers what a key's item says of its spending.
+func (s *Store) learn(kind secretKind, it secretItem) {
+	if kind == apiKeys {
+		s.hints.setKey(it.Hash, spendOf(it))
+	}
 }
 
 func (s *Store) getSecret(ctx context.Context, kind secretKind, hash string) (store.Secret, error) {
@@ -130,11 +147,17 @@ func (s *Store) getSecret(ctx context.Context, kind secretKind, hash string) (st
 	if err := s.get(ctx, kind.hashKey(hash), &it); err != nil {
 		return store.Secret{}, fmt.Errorf("dynamo: get %s: %w", kind.name, err)
 	}
+	s.learn(kind, it)
 	return it.secret(), nil
 }
 
+// listSecrets lists the account's secrets from its partition, oldest
+// first, and reads each from its hash item, the record.
 func (s *Store) listSecrets(ctx context.Context, kind secretKind, accountID string) ([]store.Secret, error) {
-	var out []store.Secret
+	fail := func(err error) ([]store.Secret, error) {
+		return nil, fmt.Errorf("dynamo: list %ss of %s: %w", kind.name, accountID, err)
+	}
+	var hashes []string
 	err := s.query(ctx, &dynamodb.QueryInput{
 		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :prefix)"),
 		ExpressionAttributeNames:  names(schema.PK, schema.SK),
@@ -145,13 +168,128 @@ func (s *Store) listSecrets(ctx context.Context, kind secretKind, accountID stri
 		if err := unmarshal(item, &it); err != nil {
 			return err
 		}
-		out = append(out, it.secret())
+		hashes = append(hashes, it.Hash)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dynamo: list %ss of %s: %w", kind.name, accountID, err)
+		return fail(err)
+	}
+	found := make(map[string]secretItem, len(hashes))
+	for chunk := range slices.Chunk(hashes, maxBatchGet) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, h := range chunk {
+			keys[i] = kind.hashKey(h).av()
+		}
+		err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+			var it secretItem
+			if err := unmarshal(item, &it); err != nil {
+				return err
+			}
+			found[it.Hash] = it
+			return nil
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	out := make([]store.Secret, 0, len(hashes))
+	for _, h := range hashes {
+		it, ok := found[h]
+		if !ok {
+			return fail(fmt.Errorf("listed %s %s has no record", kind.name, h))
+		}
+		s.learn(kind, it)
+		out = append(out, it.secret())
 	}
 	return out, nil
+}
+
+// UpdateAPIKey implements store.Store.
+func (s *Store) UpdateAPIKey(ctx context.Context, accountID, id string, p store.KeyPatch) (store.Secret, error) {
+	if err := p.Check(); err != nil {
+		return store.Secret{}, fmt.Errorf("dynamo: update api key %s of %s: %w", id, accountID, err)
+	}
+	e := newExprs()
+	var set, remove []string
+	field := func(a string, v types.AttributeValue, zero bool) {
+		if zero {
+			remove = append(remove, e.n(a)) // zero values are not stored
+		} else {
+			set = append(set, e.n(a)+" = "+e.v(":"+a, v))
+		}
+	}
+	if p.Name != nil {
+		field(aName, str(*p.Name), *p.Name == "")
+	}
+	if p.Limit != nil {
+		field(aLimit, num(*p.Limit), *p.Limit == 0)
+	}
+	if p.LimitReset != nil {
+		field(aReset, str(*p.LimitReset), *p.LimitReset == "")
+	}
+	if p.ExpiresAt != nil {
+		field(aExpiresAt, num(nanos(*p.ExpiresAt)), p.ExpiresAt.IsZero())
+	}
+	return s.updateSecret(ctx, apiKeys, accountID, id, e, set, remove)
+}
+
+// RenameWorkerToken implements store.Store.
+func (s *Store) RenameWorkerToken(ctx context.Context, accountID, id, name string) (store.Secret, error) {
+	e := newExprs()
+	if name == "" {
+		return s.updateSecret(ctx, workerTokens, accountID, id, e, nil, []string{e.n(aName)})
+	}
+	return s.updateSecret(ctx, workerTokens, accountID, id, e, []string{e.n(aName) + " = " + e.v(":name", str(name))}, nil)
+}
+
+// updateSecret sets and removes attributes (placeholders of e) of the
+// hash items of the account's secrets with public id (two could share
+// one, as ids are hash prefixes), one write each, and returns the first,
+// oldest, as stored. A crash between two leaves the rest as they were;
+// the caller's retry changes them.
+func (s *Store) updateSecret(ctx context.Context, kind secretKind, accountID, id string, e *exprs, set, remove []string) (store.Secret, error) {
+	fail := func(err error) (store.Secret, error) {
+		return store.Secret{}, fmt.Errorf("dynamo: update %s %s of %s: %w", kind.name, id, accountID, err)
+	}
+	mine, err := s.listSecrets(ctx, kind, accountID)
+	if err != nil {
+		return fail(err)
+	}
+	var update []string
+	if len(set) > 0 {
+		update = append(update, "SET "+strings.Join(set, ", "))
+	}
+	if len(remove) > 0 {
+		update = append(update, "REMOVE "+strings.Join(remove, ", "))
+	}
+	cond := "attribute_exists(pk) AND " + e.n(aAccount) + " = " + e.v(":account", str(accountID))
+	var out []store.Secret
+	for _, sec := range mine {
+		if sec.ID != id {
+			continue
+		}
+		if len(update) == 0 {
+			out = append(out, sec)
+			continue
+		}
+		res, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.tableName(),
+			Key: kind.hashKey(sec.Hash).av(), UpdateExpression: aws.String(strings.Join(update, " ")),
+			ConditionExpression: aws.String(cond), ExpressionAttributeNames: e.names,
+			ExpressionAttributeValues: e.values, ReturnValues: types.ReturnValueAllNew})
+		if err != nil {
+			return fail(err) // a failed condition too: the item was listed
+		}
+		var it secretItem
+		if err := unmarshal(res.Attributes, &it); err != nil {
+			return fail(err)
+		}
+		s.learn(kind, it)
+		out = append(out, it.secret())
+	}
+	if len(out) == 0 {
+		return fail(store.ErrNotFound)
+	}
+	return out[0], nil
 }
 
 // query runs q on the table (or its index, if q names one) and calls fn for

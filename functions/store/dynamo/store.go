@@ -101,6 +101,9 @@ const (
 	// to read the last full minute.
 	tokenMinuteTTL = 10 * time.Minute
 
+	// maxBatchGet is the most keys one BatchGetItem may ask for.
+	maxBatchGet = 100
+
 	// maxModels bounds a worker's registered models: each is an element
 	// of its record, and records are at most 400 KB.
 	maxModels = 256

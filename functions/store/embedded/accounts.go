@@ -141,6 +141,19 @@ func (s *Store) RevokeAPIKey(ctx context.Context, accountID, id string, at time.
 	return err
 }
 
+// UpdateAPIKey implements store.Store.
+func (s *Store) UpdateAPIKey(ctx context.Context, accountID, id string, p store.KeyPatch) (store.Secret, error) {
+	if err := p.Check(); err != nil {
+		return store.Secret{}, fmt.Errorf("embedded: update api key %s of %s: %w", id, accountID, err)
+	}
+	return s.updateSecret(ctx, apiKeys, accountID, id, p.Apply)
+}
+
+// RenameWorkerToken implements store.Store.
+func (s *Store) RenameWorkerToken(ctx context.Context, accountID, id, name string) (store.Secret, error) {
+	return s.updateSecret(ctx, workerTokens, accountID, id, func(sec *store.Secret) { sec.Name = name })
+}
+
 // PutWorkerToken implements store.Store.
 func (s *Store) PutWorkerToken(ctx context.Context, sec store.Secret) error {
 	return s.putSecret(ctx, workerTokens, sec)
@@ -167,7 +180,11 @@ func (s *Store) putSecret(ctx context.Context, kind secretKind, sec store.Secret
 	if sec.Hash == "" || sec.AccountID == "" {
 		return fmt.Errorf("embedded: put %s: empty hash or account", kind.name)
 	}
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	sec, err := sec.Fresh(!kind.workers)
+	if err != nil {
+		return fmt.Errorf("embedded: put %s %s for %s: %w", kind.name, sec.ID, sec.AccountID, err)
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(kind.bucket)
 		if b.Get([]byte(sec.Hash)) != nil {
 			return store.ErrExists
@@ -242,6 +259,40 @@ func accountSecrets(tx *bolt.Tx, kind secretKind, accountID string) ([]store.Sec
 			return nil, fmt.Errorf("index entry for missing %s %x", kind.name, hash)
 		}
 		out = append(out, sec)
+	}
+	return out, nil
+}
+
+// updateSecret applies change to the account's secrets with public id
+// (two could share one, as ids are hash prefixes) and returns the first,
+// oldest, as stored.
+func (s *Store) updateSecret(ctx context.Context, kind secretKind, accountID, id string, change func(*store.Secret)) (store.Secret, error) {
+	var out store.Secret
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		mine, err := accountSecrets(tx, kind, accountID)
+		if err != nil {
+			return err
+		}
+		found := false
+		for _, sec := range mine {
+			if sec.ID != id {
+				continue
+			}
+			change(&sec)
+			if err := putJSON(tx.Bucket(kind.bucket), []byte(sec.Hash), sec); err != nil {
+				return err
+			}
+			if !found {
+				out, found = sec, true
+			}
+		}
+		if !found {
+			return store.ErrNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Secret{}, fmt.Errorf("embedded: update %s %s of %s: %w", kind.name, id, accountID, err)
 	}
 	return out, nil
 }

@@ -42,6 +42,13 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		} else if accountID != key.AccountID {
 			return fmt.Errorf("job account %q is not the api key's account", accountID)
 		}
+		if key.Expired(in.Created) {
+			return fmt.Errorf("api key %s: %w", key.ID, store.ErrExpired)
+		}
+		spent := key.Spent(in.Created)
+		if key.Limit > 0 && spent+in.Price > key.Limit {
+			return fmt.Errorf("api key %s: spent %d of %d, price %d: %w", key.ID, spent, key.Limit, in.Price, store.ErrKeyLimit)
+		}
 		jobs := tx.Bucket(bJobs)
 		if jobs.Get([]byte(in.ID)) != nil {
 			return fmt.Errorf("job: %w", store.ErrExists)
@@ -90,6 +97,11 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		if err := putJSON(accounts, []byte(accountID), a); err != nil {
 			return err
 		}
+		key.Usage += in.Price
+		key.PeriodUsage, key.Period = spent+in.Price, store.PeriodOf(key.LimitReset, in.Created)
+		if err := putJSON(tx.Bucket(bAPIKeys), []byte(r.KeyHash), key); err != nil {
+			return err
+		}
 		if err := putJSON(keyWindows, kw, keyCount+1); err != nil {
 			return err
 		}
@@ -112,6 +124,7 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 			Canary:        in.Canary,
 			Target:        in.Target,
 			Needs:         in.Needs,
+			KeyHash:       r.KeyHash,
 		}
 		if job.Updated.IsZero() {
 			job.Updated = job.Created
@@ -472,12 +485,34 @@ func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (stor
 		if err != nil {
 			return store.Job{}, err
 		}
+		if err := refundKey(tx, job); err != nil {
+			return store.Job{}, err
+		}
 		job.Refunded = true
 	}
 	if err := putJSON(tx.Bucket(bJobs), []byte(job.ID), job); err != nil {
 		return store.Job{}, err
 	}
 	return job, nil
+}
+
+// refundKey takes a refunded job's price back out of the usage of the key
+// it was admitted with, if that key still exists: out of its period usage
+// too while the key's period is still the job's (never below 0).
+func refundKey(tx *bolt.Tx, job store.Job) error {
+	if job.KeyHash == "" || job.Price == 0 {
+		return nil
+	}
+	keys := tx.Bucket(bAPIKeys)
+	var key store.Secret
+	if ok, err := getJSON(keys, []byte(job.KeyHash), &key); err != nil || !ok {
+		return err
+	}
+	key.Usage -= job.Price
+	if key.Period == store.PeriodOf(key.LimitReset, job.Created) {
+		key.PeriodUsage = max(key.PeriodUsage-job.Price, 0)
+	}
+	return putJSON(keys, []byte(job.KeyHash), key)
 }
 
 // Stats implements store.Store. It scans workers and the queue index, which

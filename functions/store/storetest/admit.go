@@ -24,7 +24,7 @@ var admitTests = []test{
 		got := adm.Job
 		want := store.Job{
 			ID: "j1", AccountID: "a1", Model: "m1", Price: 30, State: store.JobQueued,
-			Listener: "listener-1", Created: at(1), Updated: got.Updated,
+			Listener: "listener-1", Created: at(1), Updated: got.Updated, KeyHash: key,
 		}
 		sameJob(t, "Admit result", got, want)
 		sameJob(t, "GetJob", f.getJob("j1"), got)

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}{
 		{"Account", accountTests},
 		{"Secret", secretTests()},
+		{"Key", keyTests},
 		{"Nonce", nonceTests},
 		{"Admit", admitTests},
 		{"QueuedJobs", queueTests},
