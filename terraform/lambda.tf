@@ -12,6 +12,9 @@ locals {
   connections_url = "https://${aws_apigatewayv2_api.relay.id}.execute-api.${var.region}.${data.aws_partition.current.dns_suffix}/${var.stage}"
   relay_url       = "wss://${aws_apigatewayv2_api.relay.id}.execute-api.${var.region}.${data.aws_partition.current.dns_suffix}/${var.stage}"
   zip             = { for f in ["api", "relay", "keeper"] : f => "${path.module}/${var.lambda_dir}/${f}.zip" }
+  # The catalog as the functions read it (C0MPUTE_CATALOG): the JSON array,
+  # or empty for the code's default line-up.
+  catalog = length(var.catalog) == 0 ? "" : jsonencode(var.catalog)
 }
 
 resource "aws_cloudwatch_log_group" "api" {
@@ -65,6 +68,8 @@ resource "aws_lambda_function" "api" {
       C0MPUTE_CANARY_EVERY_SECONDS    = tostring(var.canary_every_seconds)
       C0MPUTE_SIGNIN_DOMAIN           = var.signin_domain
       C0MPUTE_SIGNIN_CHAIN            = var.signin_chain
+      C0MPUTE_CORS_ORIGINS            = join(",", var.cors_origins)
+      C0MPUTE_CATALOG                 = local.catalog
     }
   }
 
@@ -138,6 +143,7 @@ resource "aws_lambda_function" "relay" {
       C0MPUTE_LISTENER_SECRET_ARN = aws_secretsmanager_secret.listener.arn
       C0MPUTE_BATCH_WINDOW_MS     = tostring(var.batch_window_ms)
       C0MPUTE_LOG_LEVEL           = var.log_level
+      C0MPUTE_CATALOG             = local.catalog
     }
   }
 

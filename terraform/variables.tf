@@ -115,6 +115,25 @@ variable "signin_chain" {
   default     = "mainnet"
 }
 
+variable "catalog" {
+  description = "The models on offer: a list of {id, price (credits per request), aliases?, owned_by?, note?, known_answers?}; empty keeps the code's default line-up. The API and relay functions both read it."
+  type = list(object({
+    id            = string
+    price         = number
+    aliases       = optional(list(string))
+    owned_by      = optional(string)
+    note          = optional(string)
+    known_answers = optional(bool)
+  }))
+  default = []
+}
+
+variable "cors_origins" {
+  description = "Browser origins allowed to call the API (scheme://host[:port], or \"*\" for any); empty: CORS off."
+  type        = list(string)
+  default     = []
+}
+
 variable "worker_share_percent" {
   description = "Share of a request's price paid to the worker, percent; 0 keeps the code's default."
   type        = number

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/cors"
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
@@ -31,6 +32,8 @@ type Store interface {
 	ListAPIKeys(ctx context.Context, accountID string) ([]store.Secret, error)
 	PutAPIKey(ctx context.Context, s store.Secret) error
 	RevokeAPIKey(ctx context.Context, accountID, id string, at time.Time) error
+	UpdateAPIKey(ctx context.Context, accountID, id string, p store.KeyPatch) (store.Secret, error)
+	RenameWorkerToken(ctx context.Context, accountID, id, name string) (store.Secret, error)
 	PutWorkerToken(ctx context.Context, s store.Secret) error
 	ListWorkerTokens(ctx context.Context, accountID string) ([]store.Secret, error)
 	RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) ([]string, error)
@@ -131,7 +134,7 @@ type Server struct {
 	limits   Limits
 	log      *slog.Logger
 	now      func() time.Time
-	mux      *http.ServeMux
+	handler  http.Handler
 	keys     keyCache
 	tickets  *relaymsg.Ticketer
 	roster   roster
@@ -151,8 +154,11 @@ type Config struct {
 	// SignIn issues and verifies Sign-In With Solana; nil turns the
 	// sign-in routes off.
 	SignIn *siws.Issuer
-	Limits Limits
-	Log    *slog.Logger
+	// CORSOrigins are the browser origins allowed to call the API
+	// (cors.ParseOrigins); none turns CORS off.
+	CORSOrigins []string
+	Limits      Limits
+	Log         *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -190,20 +196,23 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("POST /v1/auth/siws/verify", handler(s.verifySignIn))
 	mux.Handle("GET /v1/keys", s.authed(s.listKeys))
 	mux.Handle("POST /v1/keys", s.authed(s.createKey))
+	mux.Handle("PATCH /v1/keys/{id}", s.authed(s.updateKey))
 	mux.Handle("DELETE /v1/keys/{id}", s.authed(s.revokeKey))
+	mux.Handle("GET /v1/key", s.authed(s.currentKey))
 	mux.Handle("GET /v1/worker-tokens", s.authed(s.listWorkerTokens))
 	mux.Handle("POST /v1/worker-tokens", s.authed(s.createWorkerToken))
+	mux.Handle("PATCH /v1/worker-tokens/{id}", s.authed(s.renameWorkerToken))
 	mux.Handle("DELETE /v1/worker-tokens/{id}", s.authed(s.revokeWorkerToken))
 	mux.Handle("/", handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
 			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path}
 	}))
-	s.mux = mux
+	s.handler = cors.Handler(cfg.CORSOrigins, mux)
 	return s, nil
 }
 
 // ServeHTTP serves the API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // handler adapts a handler that returns an error: the one place errors
 // become OpenAI-shaped responses.
@@ -256,6 +265,9 @@ func (s *Server) auth(next handler, cached bool) http.Handler {
 		case !key.Active():
 			s.keys.evict(hash)
 			return oaiwire.ErrInvalidKey
+		case key.Expired(s.now()):
+			s.keys.evict(hash)
+			return errKeyExpired
 		}
 		s.keys.put(hash, key.AccountID, s.now())
 		ctx := context.WithValue(r.Context(), principalKey{}, principal{account: key.AccountID, keyHash: hash})

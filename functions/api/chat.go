@@ -90,6 +90,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return oaiwire.RateLimited(s.rateLimit(), retry)
 	case errors.Is(err, store.ErrInsufficientCredits):
 		return oaiwire.ErrInsufficientQuota
+	case errors.Is(err, store.ErrKeyLimit):
+		return s.keyLimit(r.Context(), p.keyHash, model.Price)
+	case errors.Is(err, store.ErrExpired):
+		s.keys.evict(p.keyHash)
+		return errKeyExpired
 	case errors.Is(err, store.ErrRevoked), errors.Is(err, store.ErrNotFound):
 		s.keys.evict(p.keyHash)
 		return oaiwire.ErrInvalidKey

@@ -127,7 +127,7 @@ func (s *Server) verifySignIn(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	secret, hash, id := credential.New(credential.APIKeyPrefix)
-	err = s.store.PutAPIKey(r.Context(), store.Secret{Hash: hash, ID: id, AccountID: wallet, CreatedAt: s.now()})
+	err = s.store.PutAPIKey(r.Context(), store.Secret{Hash: hash, ID: id, AccountID: wallet, CreatedAt: s.now(), Name: "sign-in"})
 	if errors.Is(err, store.ErrLimit) {
 		return &oaiwire.Error{Status: http.StatusConflict, Type: oaiwire.TypeInvalidRequest, Code: "key_limit",
 			Message: fmt.Sprintf("Signed in, but this account already has the maximum of %d active API keys; revoke one (DELETE /v1/keys/{id} with one of them) and sign in again.", store.MaxActiveKeys)}

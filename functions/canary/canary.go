@@ -307,100 +307,176 @@ func (r *Runner) check(ctx context.Context, model string, target store.Worker, p
 	if !ok {
 		return
 	}
-	maxTokens := maxTokenChoices[rand.IntN(len(maxTokenChoices))]
-	i := rand.IntN(len(openEnded))
-	if known := r.refsOf(model); len(known) > 0 && reps[target.Conn].CanariesPassed == 0 && !reps[target.Conn].Trusted {
-		// A worker that never passed a canary gets a prompt with a
-		// reference reply already: its verdict then needs its own reply
-		// only, and comes sooner.
-		k := known[rand.IntN(len(known))]
-		i, maxTokens = k.prompt, k.maxTokens
-	}
 	if m.KnownAnswers {
 		i := rand.IntN(len(knownAnswer))
-		a, ok := r.ask(ctx, model, knownAnswer[i], maxTokens, target.Conn)
+		a, ok := r.ask(ctx, model, knownAnswer[i], maxTokenChoices[rand.IntN(len(maxTokenChoices))], target.Conn)
 		if ok {
 			r.judge(a, answered(a.text, knownAnswer[i].Answers), "canary_wrong_answer")
 		}
 		return
 	}
-	p, key := openEnded[i], refKey{model, i, maxTokens}
-	if reps[target.Conn].Trusted {
-		if a, ok := r.ask(ctx, model, p, maxTokens, target.Conn); ok {
-			r.setRef(key, a.text)
-			r.judge(a, true, "")
-		}
+	c := comparison{r: r, ctx: ctx, model: model, target: target, referees: refereesFor(target, pool, reps), reps: reps}
+	first := c.round(-1)
+	if first.verdict != mismatch {
+		c.settle(first, first.verdict == match, store.CanaryStrikes)
 		return
 	}
-	if ref, ok := r.ref(key); ok {
-		if a, ok := r.ask(ctx, model, p, maxTokens, target.Conn); ok {
-			r.judge(a, similar(a.text, ref), "canary_mismatch")
-		}
-		return
-	}
-	referees := refereesFor(target, pool, reps)
-	if len(referees) == 0 {
-		r.inconclusive.Add(1)
-		return
-	}
-	ref := referees[0]
-	var ta, ra answer
-	var tok, rok bool
-	var wg sync.WaitGroup
-	wg.Go(func() { ta, tok = r.ask(ctx, model, p, maxTokens, target.Conn) })
-	wg.Go(func() { ra, rok = r.ask(ctx, model, p, maxTokens, ref.Conn) })
-	wg.Wait()
-	switch {
-	case !tok || !rok:
-		if rok && reps[ref.Conn].Trusted {
-			r.setRef(key, ra.text)
-			r.judge(ra, true, "")
-		}
-		r.inconclusive.Add(1)
-	case reps[ref.Conn].Trusted:
-		r.setRef(key, ra.text)
-		r.judge(ra, true, "")
-		r.judge(ta, similar(ta.text, ra.text), "canary_mismatch")
-	case similar(ta.text, ra.text):
-		// Two accounts' workers agree: both pass, and the reply is a
-		// reference from now on.
-		r.setRef(key, ra.text)
-		r.judge(ta, true, "")
-		r.judge(ra, true, "")
+	// Greedy replies of the same weights on different backends part at a
+	// near tie in the logits: a mismatch is judged only when a second
+	// prompt's reply does not match either. An honest worker that parted
+	// once matches the next; a cheater matches neither.
+	second := c.round(first.prompt)
+	switch second.verdict {
+	case match:
+		c.settle(first, true, 0)
+		c.settle(second, true, 0)
+	case mismatch:
+		c.settle(first, false, store.CanaryStrikes)
+		c.settle(second, false, 0)
 	default:
-		r.tieBreak(ctx, model, p, maxTokens, key, ta, ra, target, ref, referees[1:])
+		r.inconclusive.Add(1)
 	}
 }
 
-// tieBreak asks a worker of a third account when two disagree: the one it
-// agrees with passes, the other fails; without a clear majority nobody is
-// judged.
-func (r *Runner) tieBreak(ctx context.Context, model string, p Prompt, maxTokens int64, key refKey, ta, ra answer, target, ref store.Worker, rest []store.Worker) {
-	i := slices.IndexFunc(rest, func(w store.Worker) bool { return w.AccountID != ref.AccountID })
-	if i < 0 {
-		r.inconclusive.Add(1)
+// verdict of one comparison round.
+type verdict int
+
+const (
+	undecided verdict = iota
+	match
+	mismatch
+)
+
+// comparison is one canary of a model without known answers: the target's
+// greedy reply against a reference.
+type comparison struct {
+	r        *Runner
+	ctx      context.Context
+	model    string
+	target   store.Worker
+	referees []store.Worker
+	reps     map[string]store.Reputation
+}
+
+// round is one prompt's comparison: the target's answer and how it
+// compares; prompt is the one asked (so the next round asks another).
+type round struct {
+	answer  answer
+	prompt  int
+	verdict verdict
+}
+
+// settle records a round's verdict on the target.
+func (c comparison) settle(rd round, pass bool, strikes int64) {
+	if rd.verdict == undecided {
+		c.r.inconclusive.Add(1)
 		return
 	}
-	qa, ok := r.ask(ctx, model, p, maxTokens, rest[i].Conn)
+	c.r.judgeWith(rd.answer, pass, "canary_mismatch", strikes)
+}
+
+// round asks the target one prompt (not avoid) and compares its reply
+// with a reference: one held already, a trusted referee's, or another
+// account's (a third account's breaking a disagreement). Referees are
+// judged here; the target's verdict is the caller's.
+func (c comparison) round(avoid int) round {
+	r, ctx := c.r, c.ctx
+	trusted := c.reps[c.target.Conn].Trusted
+	maxTokens := maxTokenChoices[rand.IntN(len(maxTokenChoices))]
+	i := rand.IntN(len(openEnded))
+	if known := slices.DeleteFunc(r.refsOf(c.model), func(k refKey) bool { return k.prompt == avoid }); len(known) > 0 && !trusted {
+		// A held reference makes the verdict need the target's reply
+		// only, and come sooner.
+		k := known[rand.IntN(len(known))]
+		i, maxTokens = k.prompt, k.maxTokens
+	}
+	for i == avoid {
+		i = rand.IntN(len(openEnded))
+	}
+	p, key := openEnded[i], refKey{c.model, i, maxTokens}
+	rd := round{prompt: i}
+	if trusted {
+		// The operator's reference worker sets the reference.
+		var ok bool
+		if rd.answer, ok = r.ask(ctx, c.model, p, maxTokens, c.target.Conn); ok {
+			r.setRef(key, rd.answer.text)
+			rd.verdict = match
+		}
+		return rd
+	}
+	if ref, ok := r.ref(key); ok {
+		if rd.answer, ok = r.ask(ctx, c.model, p, maxTokens, c.target.Conn); ok {
+			rd.verdict = verdictOf(similar(rd.answer.text, ref))
+		}
+		return rd
+	}
+	if len(c.referees) == 0 {
+		return rd
+	}
+	referee := c.referees[0]
+	var ra answer
+	var tok, rok bool
+	var wg sync.WaitGroup
+	wg.Go(func() { rd.answer, tok = r.ask(ctx, c.model, p, maxTokens, c.target.Conn) })
+	wg.Go(func() { ra, rok = r.ask(ctx, c.model, p, maxTokens, referee.Conn) })
+	wg.Wait()
+	refTrusted := c.reps[referee.Conn].Trusted
+	if rok && refTrusted {
+		r.setRef(key, ra.text)
+		r.judge(ra, true, "")
+	}
+	switch {
+	case !tok || !rok:
+	case refTrusted:
+		rd.verdict = verdictOf(similar(rd.answer.text, ra.text))
+	case similar(rd.answer.text, ra.text):
+		// Two accounts' workers agree: the referee passes, and the reply
+		// is a reference from now on.
+		r.setRef(key, ra.text)
+		r.judge(ra, true, "")
+		rd.verdict = match
+	default:
+		rd.verdict = c.tieBreak(p, maxTokens, key, rd.answer, ra, referee)
+	}
+	return rd
+}
+
+func verdictOf(same bool) verdict {
+	if same {
+		return match
+	}
+	return mismatch
+}
+
+// tieBreak asks a worker of a third account when the target and a
+// referee disagree: the target's verdict is whether it agrees with the
+// third, and whichever of them the third agrees with passes. The referee
+// the third disagrees with is not judged: its parting may be a near tie,
+// and its own canaries judge it. Without a third account, or a clear
+// majority, the round is undecided.
+func (c comparison) tieBreak(p Prompt, maxTokens int64, key refKey, ta, ra answer, referee store.Worker) verdict {
+	r := c.r
+	i := slices.IndexFunc(c.referees[1:], func(w store.Worker) bool { return w.AccountID != referee.AccountID })
+	if i < 0 {
+		return undecided
+	}
+	qa, ok := r.ask(c.ctx, c.model, p, maxTokens, c.referees[1+i].Conn)
 	if !ok {
-		r.inconclusive.Add(1)
-		return
+		return undecided
 	}
 	withT, withR := similar(qa.text, ta.text), similar(qa.text, ra.text)
 	switch {
 	case withT && !withR:
 		r.setRef(key, qa.text)
-		r.judge(ta, true, "")
 		r.judge(qa, true, "")
-		r.judge(ra, false, "canary_mismatch")
+		return match
 	case withR && !withT:
 		r.setRef(key, qa.text)
-		r.judge(ra, true, "")
 		r.judge(qa, true, "")
-		r.judge(ta, false, "canary_mismatch")
-	default:
-		r.inconclusive.Add(1)
+		r.judge(ra, true, "")
+		return mismatch
 	}
+	return undecided
 }
 
 // refereesFor are the workers whose replies target's can be compared
@@ -456,15 +532,20 @@ func (r *Runner) ask(ctx context.Context, model string, p Prompt, maxTokens int6
 	return answer{job: job, text: reply.Text, earning: reply.Earning}, true
 }
 
-// judge records a canary's verdict.
+// judge records a canary's verdict; a failure weighs CanaryStrikes.
 func (r *Runner) judge(a answer, pass bool, reason string) {
+	r.judgeWith(a, pass, reason, store.CanaryStrikes)
+}
+
+// judgeWith records a canary's verdict, a failure weighing strikes.
+func (r *Runner) judgeWith(a answer, pass bool, reason string, strikes int64) {
 	v := store.Verdict{JobID: a.job.ID, Conn: a.job.Worker, Pubkey: a.job.WorkerPubkey, AccountID: a.job.WorkerAccount,
 		Kind: store.VerdictCanaryPassed, Earning: a.earning, At: r.cfg.Now()}
 	if pass {
 		r.passed.Add(1)
 	} else {
 		r.failed.Add(1)
-		v.Kind, v.Strikes, v.Reason, v.Earning = store.VerdictCanaryFailed, store.CanaryStrikes, reason, 0
+		v.Kind, v.Strikes, v.Reason, v.Earning = store.VerdictCanaryFailed, strikes, reason, 0
 	}
 	r.cfg.Gateway.Judge(v)
 }

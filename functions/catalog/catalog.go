@@ -5,9 +5,12 @@ package catalog
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/go-playground/validator/v10"
@@ -64,7 +67,8 @@ func New(models []Model) (*Catalog, error) {
 	return c, nil
 }
 
-// Load reads a JSON array of models.
+// Load reads a JSON array of models; unknown fields and an empty list are
+// errors.
 func Load(r io.Reader) (*Catalog, error) {
 	var models []Model
 	dec := json.NewDecoder(r)
@@ -72,7 +76,29 @@ func Load(r io.Reader) (*Catalog, error) {
 	if err := dec.Decode(&models); err != nil {
 		return nil, fmt.Errorf("catalog: decode: %w", err)
 	}
+	if len(models) == 0 {
+		return nil, errors.New("catalog: no models")
+	}
 	return New(models)
+}
+
+// FromSource is the catalog a deployment configures: source is the JSON
+// array itself (it starts with "["), a path to a file holding it, or ""
+// for Default.
+func FromSource(source string) (*Catalog, error) {
+	switch trimmed := strings.TrimSpace(source); {
+	case trimmed == "":
+		return New(Default())
+	case strings.HasPrefix(trimmed, "["):
+		return Load(strings.NewReader(trimmed))
+	default:
+		f, err := os.Open(source)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: %w", err)
+		}
+		defer f.Close()
+		return Load(f)
+	}
 }
 
 // Add offers one more model.

@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,5 +48,42 @@ func TestRejects(t *testing.T) {
 	}
 	if m, ok := c.Resolve("b"); !ok || m.Price != 7 {
 		t.Errorf("alias: %+v %v", m, ok)
+	}
+}
+
+// A deployment's catalog comes inline, from a file, or is the default;
+// a bad one is an error at start, never a silent default.
+func TestFromSource(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	if err := os.WriteFile(path, []byte(`[{"id":"file-model","price":3}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, source, want string
+		wantErr            bool
+	}{
+		{"default", "", "c0mpute-pro", false},
+		{"inline", `  [{"id":"inline-model","price":7,"aliases":["im"],"known_answers":true}]`, "inline-model", false},
+		{"file", path, "file-model", false},
+		{"missing file", filepath.Join(t.TempDir(), "nope.json"), "", true},
+		{"unknown field", `[{"id":"m","price":1,"prise":2}]`, "", true},
+		{"no models", `[]`, "", true},
+		{"invalid price", `[{"id":"m","price":0}]`, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := FromSource(tc.source)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("FromSource(%q) accepted it", tc.source)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := c.Resolve(tc.want); !ok {
+				t.Errorf("FromSource(%q) has no %s: %v", tc.source, tc.want, c.Models())
+			}
+		})
 	}
 }

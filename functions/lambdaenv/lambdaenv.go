@@ -24,6 +24,7 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/connections"
+	"github.com/c0mpute/c0mpute/functions/cors"
 	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 )
 
@@ -45,6 +46,8 @@ const (
 	EnvCanaryEvery     = "C0MPUTE_CANARY_EVERY_SECONDS"
 	EnvSignInDomain    = "C0MPUTE_SIGNIN_DOMAIN"
 	EnvSignInChain     = "C0MPUTE_SIGNIN_CHAIN"
+	EnvCORSOrigins     = "C0MPUTE_CORS_ORIGINS"
+	EnvCatalog         = "C0MPUTE_CATALOG"
 	defaultBatchWindow = 50 * time.Millisecond
 )
 
@@ -61,6 +64,9 @@ type Gateway struct {
 	ListenerSecret string `validate:"required,min=32"`
 	// LogLevel for the JSON logs.
 	LogLevel slog.Level
+	// Catalog is the models on offer, their aliases and prices: the JSON
+	// array itself, a file holding it, or empty for catalog.Default.
+	Catalog string
 }
 
 // API is the API function's configuration.
@@ -87,6 +93,9 @@ type API struct {
 	// empty turns sign-in off. SignInChain is the chain it names.
 	SignInDomain string `validate:"omitempty,hostname_port|fqdn"`
 	SignInChain  string `validate:"omitempty,oneof=mainnet devnet testnet localnet solana:mainnet solana:devnet solana:testnet"`
+	// CORSOrigins are the browser origins allowed to call the API
+	// (comma-separated scheme://host[:port], or *); empty: CORS off.
+	CORSOrigins []string
 }
 
 // Relay is the relay function's configuration.
@@ -108,7 +117,8 @@ type SecretsClient interface {
 type Env func(string) string
 
 func (e Env) gateway(ctx context.Context, sm SecretsClient) (Gateway, error) {
-	g := Gateway{Table: e(EnvTable), DynamoEndpoint: e(EnvDynamoEndpoint), ConnectionsURL: e(EnvConnectionsURL)}
+	g := Gateway{Table: e(EnvTable), DynamoEndpoint: e(EnvDynamoEndpoint), ConnectionsURL: e(EnvConnectionsURL),
+		Catalog: e(EnvCatalog)}
 	if lvl := e(EnvLogLevel); lvl != "" {
 		if err := g.LogLevel.UnmarshalText([]byte(lvl)); err != nil {
 			return g, fmt.Errorf("%s: %w", EnvLogLevel, err)
@@ -145,6 +155,9 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 		return API{}, err
 	}
 	c.SignInDomain, c.SignInChain = e(EnvSignInDomain), e(EnvSignInChain)
+	if c.CORSOrigins, err = cors.ParseOrigins(e(EnvCORSOrigins)); err != nil {
+		return API{}, fmt.Errorf("%s: %w", EnvCORSOrigins, err)
+	}
 	return c, check(c)
 }
 
@@ -246,9 +259,9 @@ func (g Gateway) Deps(ctx context.Context, awsCfg aws.Config) (Deps, error) {
 	if err != nil {
 		return Deps{}, err
 	}
-	cat, err := catalog.New(catalog.Default())
+	cat, err := catalog.FromSource(g.Catalog)
 	if err != nil {
-		return Deps{}, err
+		return Deps{}, fmt.Errorf("%s: %w", EnvCatalog, err)
 	}
 	conns := connections.New(apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
 		o.BaseEndpoint = aws.String(g.ConnectionsURL)

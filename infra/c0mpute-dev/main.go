@@ -28,6 +28,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/canary"
 	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/cors"
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/store/dynamo"
@@ -76,6 +77,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	origins, err := cors.ParseOrigins(os.Getenv("C0MPUTE_CORS_ORIGINS"))
+	if err != nil {
+		return fmt.Errorf("C0MPUTE_CORS_ORIGINS: %w", err)
+	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
@@ -91,9 +96,13 @@ func run() error {
 	defer st.Close()
 
 	ollamaModels, ollamaErr := listOllama(ctx, ollamaURL)
-	models := catalog.Default()
+	cat, err := catalog.FromSource(os.Getenv("C0MPUTE_CATALOG"))
+	if err != nil {
+		return fmt.Errorf("C0MPUTE_CATALOG: %w", err)
+	}
+	models := cat.Models()
 	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, ManagementAddr: mgmtAddr,
-		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log, Canaries: canaries})
+		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log, Canaries: canaries, CORSOrigins: origins})
 	if err != nil {
 		return err
 	}
@@ -303,7 +312,7 @@ const envDevGGUF = "C0MPUTE_DEV_GGUF"
 // is set (no Ollama), a random-weight demo model generated into home once
 // and labelled as such in /v1/models. "" when there is none to serve.
 func builtinModel(cat *catalog.Catalog, home string, demo bool) (string, error) {
-	pro, _ := cat.Resolve("c0mpute-pro")
+	price := devPrice(cat)
 	if path := os.Getenv(envDevGGUF); path != "" {
 		abs, err := filepath.Abs(path)
 		if err != nil {
@@ -312,7 +321,7 @@ func builtinModel(cat *catalog.Catalog, home string, demo bool) (string, error) 
 		if _, err := os.Stat(abs); err != nil {
 			return "", fmt.Errorf("%s: %w", envDevGGUF, err)
 		}
-		m := catalog.Model{ID: builtin.ModelID(abs), Price: pro.Price, OwnedBy: builtin.Name}
+		m := catalog.Model{ID: builtin.ModelID(abs), Price: price, OwnedBy: builtin.Name}
 		if _, ok := cat.Resolve(m.ID); !ok {
 			if err := cat.Add(m); err != nil {
 				return "", fmt.Errorf("%s: %w", envDevGGUF, err)
@@ -329,7 +338,7 @@ func builtinModel(cat *catalog.Catalog, home string, demo bool) (string, error) 
 			return "", fmt.Errorf("write the demo model: %w", err)
 		}
 	}
-	m := catalog.Model{ID: testmodel.DemoModelID, Price: pro.Price, OwnedBy: builtin.Name, Note: testmodel.DemoNote}
+	m := catalog.Model{ID: testmodel.DemoModelID, Price: price, OwnedBy: builtin.Name, Note: testmodel.DemoNote}
 	if err := cat.Add(m); err != nil {
 		return "", err
 	}
@@ -400,16 +409,32 @@ func shortNames(ms []string) []string {
 	return out
 }
 
+// devPrice is what a model the local network offers on its own (Ollama's,
+// the built-in engine's) costs: c0mpute-pro's price, or the catalog's
+// lowest when it has no c0mpute-pro.
+func devPrice(cat *catalog.Catalog) int64 {
+	if pro, ok := cat.Resolve("c0mpute-pro"); ok {
+		return pro.Price
+	}
+	price := int64(0)
+	for _, m := range cat.Models() {
+		if price == 0 || m.Price < price {
+			price = m.Price
+		}
+	}
+	return max(price, 1)
+}
+
 // offerOllama adds each Ollama model under its own name, priced like
-// c0mpute-pro.
+// c0mpute-pro (devPrice).
 func offerOllama(cat *catalog.Catalog, models []string, log *slog.Logger) {
-	pro, _ := cat.Resolve("c0mpute-pro")
+	price := devPrice(cat)
 	for _, m := range models {
 		name := agent.ShortName(m)
 		if _, ok := cat.Resolve(name); ok {
 			continue
 		}
-		if err := cat.Add(catalog.Model{ID: name, Price: pro.Price, OwnedBy: "ollama"}); err != nil {
+		if err := cat.Add(catalog.Model{ID: name, Price: price, OwnedBy: "ollama"}); err != nil {
 			log.Warn("cannot offer Ollama model", "model", name, "err", err)
 		}
 	}

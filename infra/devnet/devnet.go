@@ -64,6 +64,9 @@ type Config struct {
 	BatchWindow time.Duration
 	// RelayOptions tune the relay (tests shorten its timeouts).
 	RelayOptions []relay.Option
+	// CORSOrigins are the browser origins allowed to call the API; none
+	// turns CORS off.
+	CORSOrigins []string
 	// Canaries, when set, runs the canary runner in the API process
 	// (functions/canary) with these settings; Store, Gateway, Catalog,
 	// Secret and Log are the stack's.
@@ -261,7 +264,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: s.Conns, Relay: s.listener,
-		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, Limits: cfg.Limits, Log: log.With("component", "api")})
+		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Limits: cfg.Limits, Log: log.With("component", "api")})
 	if err != nil {
 		apiLn.Close()
 		return nil, err

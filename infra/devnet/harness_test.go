@@ -75,6 +75,8 @@ type envOptions struct {
 	models  []catalog.Model
 	// store, if set, is the store to run on instead of openStore's.
 	store store.Store
+	// cors are the browser origins the API allows.
+	cors []string
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -92,7 +94,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 		models = []catalog.Model{{ID: tinyModel, Price: 10}}
 	}
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0",
-		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: testLog(t)})
+		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: testLog(t),
+		CORSOrigins: o.cors})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,3 +206,14 @@ func (e *env) balance() store.Account {
 }
 
 func ollamaBackend(srv *ollamatest.Server) backend.Backend { return ollama.New(srv.URL()) }
+
+// waitFor polls cond until it holds, failing the test after 20 s (a
+// liveness bound, not a timing).
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after 20 s waiting for %s", what)
+		}
+	}
+}
