@@ -169,6 +169,11 @@ type Store interface {
 	// workers (or unmarks it); ErrNotFound if it never connected there.
 	SetTrusted(ctx context.Context, accountID, pubkey string, trusted bool) error
 
+	// Entries reads an account's ledger (see AccountLedger and Entry): every
+	// method that moves an account's money writes its entry in the same
+	// atomic write, once, as idempotent as the move itself.
+	AccountLedger
+
 	// Stats returns network figures as of now.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
 
