@@ -129,7 +129,7 @@ func (s *Store) get(ctx context.Context, k key, v any) error {
 }
 
 // Grant implements store.Store: the grant record (the idempotency key, kept
-// forever) and the balance change are one transaction.
+// forever), the balance change and its ledger entry are one transaction.
 func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (bool, error) {
 	if idemKey == "" {
 		return false, fmt.Errorf("dynamo: grant to %s: empty idempotency key", accountID)
@@ -145,13 +145,13 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 	if deposit {
 		update, attrs = update+", #deposited = #deposited + :c", names(aCredits, aDeposited)
 	}
-	err := s.transact(ctx, []types.TransactWriteItem{
+	err := s.transact(ctx, s.withEntry([]types.TransactWriteItem{
 		{Put: &types.Put{TableName: s.tableName(), Item: rec, ConditionExpression: notExists}},
 		{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
 			UpdateExpression: aws.String(update), ConditionExpression: exists,
 			ExpressionAttributeNames:  attrs,
 			ExpressionAttributeValues: map[string]types.AttributeValue{":c": num(credits)}}},
-	})
+	}, store.GrantEntry(accountID, credits, idemKey, deposit, s.now())))
 	var tf *txFailed
 	switch {
 	case err == nil:

@@ -127,11 +127,19 @@ func snapshot(t *testing.T, c *dynamodb.Client, table string) []string {
 // of its writes in turn (before the write, and after it with the reply
 // lost), then runs it again from a fresh process as a retry would. The
 // table must end exactly as after one clean run: no credit moved twice, no
-// state left half-changed. The retry may report that the work was done
+// state left half-changed, no ledger entry missing or written twice. The retry may report that the work was done
 // already (ErrExists, ErrConflict); it must not do it again.
 func TestCrashAtEveryWrite(t *testing.T) {
 	c := dynamotest.Client(t)
+	// The store's clock is fixed, as it times the ledger entries of the
+	// moves that take no time (a grant, an allowance, a payout).
 	clock := dynamo.WithClock(func() time.Time { return t0 })
+	complete := func(s store.Store) error {
+		return s.Complete(bg, store.Completion{JobID: "running", Worker: "w1", PromptTokens: 5,
+			CompletionTokens: 20, MilliTokPerSec: 40_000, Earning: 7, At: t0.Add(time.Second),
+			Receipt: &store.Receipt{JobID: "running", WorkerPubkey: "pk1", Model: "m", RequestSHA256: "r",
+				OutputSHA256: "o", Deltas: 20, PromptTokens: 5, CompletionTokens: 20, TotalMillis: 9, Signature: "s"}})
+	}
 	ops := []struct {
 		name string
 		op   func(s store.Store) error
@@ -153,11 +161,17 @@ func TestCrashAtEveryWrite(t *testing.T) {
 		}},
 		{"Assign", func(s store.Store) error { _, err := s.Assign(bg, "queued", "w2", t0.Add(time.Second)); return err }},
 		{"Requeue", func(s store.Store) error { _, err := s.Requeue(bg, "running", "w1", t0.Add(time.Second)); return err }},
-		{"Complete", func(s store.Store) error {
-			return s.Complete(bg, store.Completion{JobID: "running", Worker: "w1", PromptTokens: 5,
-				CompletionTokens: 20, MilliTokPerSec: 40_000, Earning: 7, At: t0.Add(time.Second),
-				Receipt: &store.Receipt{JobID: "running", WorkerPubkey: "pk1", Model: "m", RequestSHA256: "r",
-					OutputSHA256: "o", Deltas: 20, PromptTokens: 5, CompletionTokens: 20, TotalMillis: 9, Signature: "s"}})
+		{"Complete", complete},
+		{"CompleteThenPayout", func(s store.Store) error {
+			if err := complete(s); err != nil {
+				return err
+			}
+			_, err := s.(store.Earnings).AdjustPaidOut(bg, "wa", 5, "payout-1")
+			return err
+		}},
+		{"SetDailyAllowance", func(s store.Store) error {
+			_, err := s.(store.Ledger).SetDailyAllowance(bg, "a", "2031-03-14", 9)
+			return err
 		}},
 		{"FailRefund", func(s store.Store) error {
 			_, err := s.Fail(bg, "running", "worker_lost", true, t0.Add(time.Second))

@@ -36,6 +36,7 @@ const (
 	sIdentity = "IDENT#"   // ACCT#<id> / IDENT#<pubkey>: a worker identity's reputation
 	sTokenRep = "STANDING" // <TOKEN#hash> / STANDING: the token's strikes and standing
 	pVerdict  = "VERDICT#" // VERDICT#<job>#<pubkey> / VERDICT: a verdict applied, kept forever
+	sLedger   = "LEDGER#"  // ACCT#<id> / LEDGER#<entry id>: a line of the account's ledger, kept forever
 
 	gQueue  = "Q#" // index partition of queued jobs: Q#<model>#<shard>
 	gWorker = "W#" // index partition of live workers: W#<shard>

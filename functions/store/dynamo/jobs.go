@@ -33,6 +33,7 @@ const (
 	admitKeyRate            // the key's window: below Limit
 	admitAccountRate        // the account's window: below AccountLimit
 	admitAccount            // the account: pays, with the allowance the split assumed
+	// then, for a job priced above 0, the charge's ledger entry: new
 )
 
 // Admit implements store.Store in one transaction: the key must be active,
@@ -43,7 +44,8 @@ const (
 // seen for the account (none, for most accounts), conditions on it, and if
 // that was stale the failed condition returns the account as it is and the
 // second try is exact. The key's spend is written the same way, from its
-// limit, reset and period last seen (see chargeKeyItem).
+// limit, reset and period last seen (see chargeKeyItem). The charge's
+// ledger entry is one more item of the transaction, not a round trip.
 //
 // A transaction returns nothing when it succeeds, and reading the windows
 // back would add a round trip to the hot path, so the counts reported are
@@ -122,7 +124,7 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		if job.FromAllowance == 0 && job.Price > 0 {
 			v[":zero"] = num(0)
 		}
-		err = s.transact(ctx, []types.TransactWriteItem{
+		err = s.transact(ctx, s.withEntry([]types.TransactWriteItem{
 			admitKey: s.chargeKeyItem(r.KeyHash, accountID, job, spend),
 			admitJob: {Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
 			admitKeyRate: {Update: &types.Update{TableName: s.tableName(), Key: keyWindow.av(),
@@ -138,7 +140,7 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 				ExpressionAttributeNames:            names(aCredits, aAllowance, aSpent),
 				ExpressionAttributeValues:           v,
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-		})
+		}, store.ChargeEntry(job)))
 		var tf *txFailed
 		if !errors.As(err, &tf) {
 			if err != nil {
@@ -520,8 +522,8 @@ func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time)
 	}
 }
 
-// Complete implements store.Store: the job's end, the worker's earning,
-// freeing the worker and the counters, in one transaction.
+// Complete implements store.Store: the job's end, the worker's earning and
+// its ledger entry, freeing the worker and the counters, in one transaction.
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	fail := func(err error) error {
 		return fmt.Errorf("dynamo: complete job %s on %s: %w", c.JobID, c.Worker, err)
@@ -566,6 +568,7 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			// record.
 			items = append(items, s.earnItem(job.WorkerAccount, c.JobID, c.Earning))
 		}
+		items = s.withEntry(items, store.EarningEntry(job, c.Earning, c.At))
 		if !job.Canary && job.WorkerPubkey != "" {
 			items = append(items, s.countJobItem(job, c))
 		}
@@ -681,7 +684,8 @@ func (s *Store) countCompletion(jobID string, tokens int64, at time.Time) []type
 // Fail implements store.Store. It reads the job first: Fail is off the hot
 // path, and what it writes depends on the job's state. A refund takes the
 // price out of the key's usage in the same transaction, built from the
-// key's reset and period as last seen (see refundKeyItem).
+// key's reset and period as last seen (see refundKeyItem), and writes its
+// ledger entry there too.
 func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error) {
 	fail := func(err error) (store.Job, error) {
 		return store.Job{}, fmt.Errorf("dynamo: fail job %s: %w", jobID, err)
@@ -745,6 +749,7 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 				ExpressionAttributeNames: names(aCredits, aAllowance, aSpent),
 				ExpressionAttributeValues: values{":fc": num(job.Price - job.FromAllowance), ":fa": num(job.FromAllowance),
 					":price": num(job.Price)}}})
+			items = s.withEntry(items, store.RefundEntry(job, at))
 		}
 		keyAt := -1
 		if refundAt >= 0 && refundKey && job.KeyHash != "" && job.Price > 0 {

@@ -508,18 +508,18 @@ func (s *Store) Carry(ctx context.Context, name string) (int64, error) {
 	return it.Value, nil
 }
 
-// SetDailyAllowance implements store.Ledger: the (account, day) item and
-// the allowance in one transaction.
+// SetDailyAllowance implements store.Ledger: the (account, day) item, the
+// allowance and its ledger entry in one transaction.
 func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, credits int64) (bool, error) {
 	if accountID == "" || day == "" || credits < 0 {
 		return false, fmt.Errorf("dynamo: set allowance: account %q, day %q, credits %d", accountID, day, credits)
 	}
-	err := s.transact(ctx, []types.TransactWriteItem{
+	err := s.transact(ctx, s.withEntry([]types.TransactWriteItem{
 		{Put: &types.Put{TableName: s.tableName(), Item: key{pAllow + accountID + "#" + day, "ALLOW"}.av(), ConditionExpression: notExists}},
 		{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
 			UpdateExpression: aws.String("SET #allowance = :c"), ConditionExpression: exists,
 			ExpressionAttributeNames: names(aAllowance), ExpressionAttributeValues: values{":c": num(credits)}}},
-	})
+	}, store.AllowanceEntry(accountID, day, credits, s.now())))
 	var tf *txFailed
 	switch {
 	case errors.As(err, &tf) && tf.failed(0):
@@ -574,9 +574,10 @@ func (s *Store) OwedEarnings(ctx context.Context, minimum int64) ([]store.Owed, 
 	return out, nil
 }
 
-// AdjustPaidOut implements store.Earnings: the idempotency item and the
-// account's PaidOut in one transaction, conditioned on the PaidOut read
-// with the earnings (which only grow), so the bound check holds.
+// AdjustPaidOut implements store.Earnings: the idempotency item, the
+// account's PaidOut and its ledger entry in one transaction, conditioned on
+// the PaidOut read with the earnings (which only grow), so the bound check
+// holds.
 func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64, idem string) (bool, error) {
 	fail := func(err error) (bool, error) {
 		return false, fmt.Errorf("dynamo: adjust paid out of %s by %d (%s): %w", accountID, delta, idem, err)
@@ -585,6 +586,7 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		return fail(errors.New("empty key or zero delta"))
 	}
 	mark := key{"PAYOUT#" + idem, "PAYOUT"}
+	entry := store.PayoutEntry(accountID, delta, idem, s.now())
 	for try := 0; ; try++ {
 		if err := s.get(ctx, mark, &struct{}{}); err == nil {
 			return false, nil // the key was used
@@ -598,7 +600,7 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		if p := a.PaidOut + delta; p < 0 || p > a.Earned {
 			return fail(fmt.Errorf("paid out %d%+d against earned %d: %w", a.PaidOut, delta, a.Earned, store.ErrInsufficientCredits))
 		}
-		err = s.transact(ctx, []types.TransactWriteItem{
+		err = s.transact(ctx, s.withEntry([]types.TransactWriteItem{
 			{Put: &types.Put{TableName: s.tableName(), Item: mark.av(), ConditionExpression: notExists}},
 			{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
 				// An account item written before PaidOut existed has no
@@ -607,7 +609,7 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 				ConditionExpression:       aws.String(paidOutIs(a.PaidOut)),
 				ExpressionAttributeNames:  names(aPaidOut),
 				ExpressionAttributeValues: values{":d": num(delta), ":old": num(a.PaidOut), ":zero": num(0)}}},
-		})
+		}, entry))
 		var tf *txFailed
 		switch {
 		case err == nil:

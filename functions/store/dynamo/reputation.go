@@ -240,6 +240,7 @@ func (s *Store) judgement(v store.Verdict, st standings, before, after store.Rep
 			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.tableName(),
 				Key: accountKey(v.AccountID).av(), ConditionExpression: exists}},
 			s.earnItem(v.AccountID, v.JobID, v.Earning))
+		j.items = s.withEntry(j.items, store.CanaryEarningEntry(v))
 	}
 	if workerLive {
 		j.workerAt = len(j.items)

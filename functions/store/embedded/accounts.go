@@ -97,6 +97,9 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 		if err != nil {
 			return err
 		}
+		if err := putEntry(tx, store.GrantEntry(accountID, credits, idemKey, deposit, s.now())); err != nil {
+			return err
+		}
 		applied = true
 		return putJSON(grants, []byte(idemKey), grant{AccountID: accountID, Credits: credits, Deposit: deposit})
 	})

@@ -132,6 +132,9 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		if err := putJSON(jobs, []byte(job.ID), job); err != nil {
 			return err
 		}
+		if err := putEntry(tx, store.ChargeEntry(job)); err != nil {
+			return err
+		}
 		adm = store.Admission{Job: job, KeyRequests: keyCount + 1, AccountRequests: accountCount + 1}
 		return tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil)
 	})
@@ -350,7 +353,7 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			// An earning is a share of what was paid: more would mint credits.
 			return fmt.Errorf("earning %d exceeds the job's price %d", c.Earning, job.Price)
 		}
-		if err := creditEarning(tx, job.WorkerAccount, c.Earning); err != nil {
+		if err := creditEarning(tx, store.EarningEntry(job, c.Earning, c.At)); err != nil {
 			return err
 		}
 		if err := freeWorker(tx, c.Worker, c.JobID, c.MilliTokPerSec); err != nil {
@@ -384,15 +387,20 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	return nil
 }
 
-// creditEarning adds a worker's earning to its account's Earned.
-func creditEarning(tx *bolt.Tx, accountID string, earning int64) error {
-	if earning == 0 {
+// creditEarning adds a worker's earning, its entry e, to its account's
+// Earned, and writes the entry.
+func creditEarning(tx *bolt.Tx, e store.Entry) error {
+	if !e.Moves() {
 		return nil
 	}
-	return changeAccount(tx, accountID, func(a *store.Account) error {
-		a.Earned += earning
+	err := changeAccount(tx, e.AccountID, func(a *store.Account) error {
+		a.Earned += e.Credits
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return putEntry(tx, e)
 }
 
 // GetReceipt implements store.Store.
@@ -486,6 +494,9 @@ func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (stor
 			return store.Job{}, err
 		}
 		if err := refundKey(tx, job); err != nil {
+			return store.Job{}, err
+		}
+		if err := putEntry(tx, store.RefundEntry(job, at)); err != nil {
 			return store.Job{}, err
 		}
 		job.Refunded = true

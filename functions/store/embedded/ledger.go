@@ -431,6 +431,9 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 		if err != nil {
 			return err
 		}
+		if err := putEntry(tx, store.AllowanceEntry(accountID, day, credits, s.now())); err != nil {
+			return err
+		}
 		applied = true
 		return days.Put(k, nil)
 	})
@@ -492,6 +495,9 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 			return nil
 		})
 		if err != nil {
+			return err
+		}
+		if err := putEntry(tx, store.PayoutEntry(accountID, delta, key, s.now())); err != nil {
 			return err
 		}
 		applied = true

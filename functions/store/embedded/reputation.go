@@ -156,8 +156,8 @@ func (s *Store) Judge(ctx context.Context, v store.Verdict) (store.Reputation, e
 				return err
 			}
 		}
-		if v.Kind == store.VerdictCanaryPassed && v.Earning > 0 {
-			if err := creditEarning(tx, v.AccountID, v.Earning); err != nil {
+		if v.Kind == store.VerdictCanaryPassed {
+			if err := creditEarning(tx, store.CanaryEarningEntry(v)); err != nil {
 				return err
 			}
 		}

@@ -5,7 +5,8 @@
 // buckets whose keys sort the way the queries need (the per-model queue by
 // (Created, ID), secrets by (account, CreatedAt), live workers by token,
 // rate windows and nonce expiries by time); reputations are keyed by
-// account then pubkey, so that an account's identities sort together. Every
+// account then pubkey, so that an account's identities sort together, and
+// ledger entries by account then entry id (time first). Every
 // method runs in one bolt transaction, so every multi-record change is
 // atomic, and bolt runs one writer at a time, so check-then-write inside a
 // transaction cannot race.
@@ -53,13 +54,14 @@ var (
 	bReputations      = []byte("reputations")          // account|pubkey → Reputation, kept forever
 	bTokenStandings   = []byte("token_standings")      // worker token hash → tokenStanding, kept forever
 	bVerdicts         = []byte("verdicts")             // job id|pubkey → verdict applied, kept forever
+	bEntries          = []byte("account_entries")      // account|entry id → Entry, kept forever
 )
 
 var allBuckets = [][]byte{
 	bAccounts, bGrants, bAPIKeys, bAPIKeysByAccount, bTokens, bTokensByAccount,
 	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bAccountWindows,
 	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes, bReceipts,
-	bReputations, bTokenStandings, bVerdicts,
+	bReputations, bTokenStandings, bVerdicts, bEntries,
 }
 
 // Counter keys.
