@@ -6,6 +6,8 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -50,6 +52,7 @@ type Store interface {
 	DeleteWorker(ctx context.Context, conn string) (store.Worker, error)
 	Workers(ctx context.Context) ([]store.Worker, error)
 	Stats(ctx context.Context, now time.Time) (store.Stats, error)
+	Entries(ctx context.Context, accountID, before string, limit int) ([]store.Entry, error)
 }
 
 // Dispatcher assigns jobs to workers.
@@ -189,6 +192,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/models", handler(s.models))
 	mux.Handle("GET /v1/models/{id...}", handler(s.model))
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
+	mux.Handle("GET /v1/transactions", s.authed(s.transactions))
 	mux.Handle("GET /v1/stats", handler(s.stats))
 	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
 	mux.Handle("GET /v1/workers", s.authed(s.workers))
@@ -207,12 +211,26 @@ func New(cfg Config) (*Server, error) {
 		return &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
 			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path}
 	}))
-	s.handler = cors.Handler(cfg.CORSOrigins, mux)
+	s.handler = cors.Handler(cfg.CORSOrigins, withRequestID(mux))
 	return s, nil
 }
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// headerRequestID names every response, so a user can quote it and an
+// operator find the request in the logs.
+const headerRequestID = "x-request-id"
+
+// withRequestID gives every response a fresh x-request-id.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		w.Header().Set(headerRequestID, "req_"+base64.RawURLEncoding.EncodeToString(b[:]))
+		next.ServeHTTP(w, r)
+	})
+}
 
 // handler adapts a handler that returns an error: the one place errors
 // become OpenAI-shaped responses.
@@ -222,7 +240,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h(w, r); err != nil {
 		var e *oaiwire.Error
 		if !errors.As(err, &e) {
-			slog.Default().Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			slog.Default().Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", w.Header().Get(headerRequestID), "err", err)
 		}
 		oaiwire.WriteError(w, err)
 	}

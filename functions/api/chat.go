@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
@@ -83,6 +84,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	adm, err := s.store.Admit(admitCtx, ar)
 	cancelAdmit()
 	s.rateHeaders(w.Header(), adm, err, window, now)
+	if err == nil {
+		w.Header().Set(headerCost, strconv.FormatInt(model.Price, 10))
+	}
 	job := adm.Job
 	switch {
 	case errors.Is(err, store.ErrRateLimited):
@@ -114,6 +118,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out}
 	return run.serve(r.Context())
 }
+
+// headerCost is a chat response's price, in credits (debited at admission;
+// a failure the user did not cause refunds it, as the ledger shows).
+const headerCost = "x-c0mpute-cost-credits"
 
 // canaryRateLimit is the canary account's request cap per minute: the
 // runner paces itself.

@@ -1,15 +1,25 @@
-// Command c0mpute-operator is the operator's view of the network's workers
-// and its say over them, straight on the store: every account's worker
-// identities with their standing, counts, speed and earnings (what GET
-// /v1/workers shows an account), and marking an identity as a trusted
-// reference worker for canaries.
+// Command c0mpute-operator is the operator's hand on the network, straight
+// on the store: bootstrap accounts and credits (each grant a ledger entry
+// with its reason), see and revoke any account's API keys and worker
+// tokens, read an account's ledger, see every account's worker identities
+// with their standing, counts, speed and earnings (what GET /v1/workers
+// shows an account), and mark an identity as a trusted reference worker
+// for canaries.
 //
 // The store is the one C0MPUTE_STORE names: dynamodb (the deployed table:
-// C0MPUTE_TABLE, AWS credentials from the environment,
+// C0MPUTE_DYNAMODB_TABLE, AWS credentials from the environment,
 // C0MPUTE_DYNAMODB_ENDPOINT for DynamoDB Local) or embedded (the local
 // network's file under C0MPUTE_HOME, default .c0mpute, which only one
-// process opens at a time: stop c0mpute-dev first).
+// process opens at a time: stop c0mpute-dev first). With
+// C0MPUTE_CONNECTIONS_URL (the relay's management endpoint, as the
+// functions have it) revoke-token also closes the token's live workers.
 //
+//	c0mpute-operator account ID [-wallet ADDRESS]
+//	c0mpute-operator grant ACCOUNT CREDITS REASON
+//	c0mpute-operator key ACCOUNT [-name NAME]
+//	c0mpute-operator keys ACCOUNT | tokens ACCOUNT
+//	c0mpute-operator revoke-key ACCOUNT ID | revoke-token ACCOUNT ID
+//	c0mpute-operator ledger ACCOUNT [-limit N]
 //	c0mpute-operator workers [-account ID] [-json]
 //	c0mpute-operator trust ACCOUNT PUBKEY
 //	c0mpute-operator untrust ACCOUNT PUBKEY
@@ -27,13 +37,26 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+
 	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 	"github.com/c0mpute/c0mpute/functions/store/embedded"
 )
 
 const usage = `usage:
+  c0mpute-operator account ID [-wallet ADDRESS]    create an account (its id; a wallet address, optional)
+  c0mpute-operator grant ACCOUNT CREDITS REASON    grant credits once per REASON (a ledger entry; 1 credit = $0.01)
+  c0mpute-operator key ACCOUNT [-name NAME]        issue an API key for an account (shown once)
+  c0mpute-operator keys ACCOUNT                    list an account's API keys
+  c0mpute-operator tokens ACCOUNT                  list an account's worker tokens
+  c0mpute-operator revoke-key ACCOUNT ID           revoke an API key
+  c0mpute-operator revoke-token ACCOUNT ID         revoke a worker token (its live workers are refused from their next connect)
+  c0mpute-operator ledger ACCOUNT [-limit N]       an account's ledger, newest first
   c0mpute-operator workers [-account ID] [-json]   list worker identities (all accounts by default)
   c0mpute-operator trust ACCOUNT PUBKEY            make an identity a trusted canary reference
   c0mpute-operator untrust ACCOUNT PUBKEY          undo trust`
@@ -47,9 +70,17 @@ func main() {
 
 // Store is what the command needs from the store.
 type Store interface {
+	CreateAccount(ctx context.Context, a store.Account) error
+	GetAccount(ctx context.Context, id string) (store.Account, error)
+	Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (bool, error)
+	PutAPIKey(ctx context.Context, s store.Secret) error
+	ListAPIKeys(ctx context.Context, accountID string) ([]store.Secret, error)
+	RevokeAPIKey(ctx context.Context, accountID, id string, at time.Time) error
+	ListWorkerTokens(ctx context.Context, accountID string) ([]store.Secret, error)
+	RevokeWorkerToken(ctx context.Context, accountID, id string, at time.Time) ([]string, error)
+	Entries(ctx context.Context, accountID, before string, limit int) ([]store.Entry, error)
 	Reputations(ctx context.Context, accountID string) ([]store.Reputation, error)
 	Workers(ctx context.Context) ([]store.Worker, error)
-	ListWorkerTokens(ctx context.Context, accountID string) ([]store.Secret, error)
 	SetTrusted(ctx context.Context, accountID, pubkey string, trusted bool) error
 	Close() error
 }
@@ -63,11 +94,26 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer st.Close()
+	if url := os.Getenv("C0MPUTE_CONNECTIONS_URL"); url != "" {
+		awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+		if err != nil {
+			return err
+		}
+		ctx = withCloser(ctx, connections.New(apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+			o.BaseEndpoint = aws.String(url)
+		})))
+	}
 	return command(ctx, st, args, out)
 }
 
 // command runs one command on st.
 func command(ctx context.Context, st Store, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	if run, ok := accountCommands[args[0]]; ok {
+		return run(ctx, st, args[1:], out)
+	}
 	switch args[0] {
 	case "workers":
 		fs := flag.NewFlagSet("workers", flag.ContinueOnError)
