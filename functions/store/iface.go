@@ -174,6 +174,9 @@ type Store interface {
 	// atomic write, once, as idempotent as the move itself.
 	AccountLedger
 
+	// Deposit intents and their credits (see Deposits).
+	Deposits
+
 	// Stats returns network figures as of now.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
 

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// DepositState is a deposit intent's place in its life.
+type DepositState string
+
+// Deposit states. An intent stays open for transfers until it expires: a
+// user may pay an intent more than once, and each transfer is credited
+// once (by its signature).
+const (
+	// DepositPending: no transfer credited yet.
+	DepositPending DepositState = "pending"
+	// DepositCredited: at least one transfer credited.
+	DepositCredited DepositState = "credited"
+)
+
+// Deposit is a deposit intent: a Solana Pay transfer request with a fresh
+// reference key bound to one account. Only a transfer that carries the
+// reference is credited, and only to that account, whoever reports it.
+type Deposit struct {
+	ID        string `json:"id"`
+	AccountID string `json:"account_id"`
+	// Reference is the base58 public key the transfer must carry
+	// (Solana Pay's reference): how the sweep finds it on-chain.
+	Reference string `json:"reference"`
+	// AmountUSDC is the amount asked for, in USDC base units (1e-6), or 0
+	// when the user chooses.
+	AmountUSDC int64        `json:"amount_usdc,omitempty"`
+	State      DepositState `json:"state"`
+	// CreditedUSDC and Credits are what its transfers brought, in total;
+	// Signatures are the credited transfers (at most MaxDepositSignatures).
+	CreditedUSDC int64     `json:"credited_usdc,omitempty"`
+	Credits      int64     `json:"credits,omitempty"`
+	Signatures   []string  `json:"signatures,omitempty"`
+	Created      time.Time `json:"created"`
+	Updated      time.Time `json:"updated"`
+}
+
+// MaxDepositSignatures bounds the transfers one intent takes: past it,
+// a transfer is refused (the user makes a new intent).
+const MaxDepositSignatures = 16
+
+// DepositCredit is one transfer to credit to an intent.
+type DepositCredit struct {
+	DepositID string
+	AccountID string
+	Signature string
+	USDC      int64
+	// Credits is floor(USDC × 100 / 10^6): what the account gets.
+	Credits int64
+	At      time.Time
+}
+
+// Deposits keeps deposit intents and credits their transfers.
+type Deposits interface {
+	// PutDeposit stores a new intent; ErrExists if its id or reference is
+	// taken.
+	PutDeposit(ctx context.Context, d Deposit) error
+	// GetDeposit returns the account's intent; ErrNotFound if the account
+	// has none with that id.
+	GetDeposit(ctx context.Context, accountID, id string) (Deposit, error)
+	// ListDeposits lists an account's intents, newest first, at most limit
+	// (1 to 1,000).
+	ListDeposits(ctx context.Context, accountID string, limit int) ([]Deposit, error)
+	// OpenDeposits lists the intents of every account created at or after
+	// since, oldest first, at most limit (1 to 1,000): what the sweep
+	// looks for on-chain.
+	OpenDeposits(ctx context.Context, since time.Time, limit int) ([]Deposit, error)
+	// CreditDeposit credits one transfer to an intent, all at once: the
+	// account's Credits and TotalDeposited (as Grant with deposit set and
+	// idempotency key "deposit:"+Signature, with its EntryDeposit), and
+	// the intent's state, totals and signatures. applied is false, and
+	// nothing changes, when that signature was credited already (to this
+	// intent or any). ErrNotFound if the account has no such intent;
+	// ErrLimit if the intent has MaxDepositSignatures already. It returns
+	// the intent as stored.
+	CreditDeposit(ctx context.Context, c DepositCredit) (d Deposit, applied bool, err error)
+}
