@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -57,8 +59,9 @@ type DepositCredit struct {
 
 // Deposits keeps deposit intents and credits their transfers.
 type Deposits interface {
-	// PutDeposit stores a new intent; ErrExists if its id or reference is
-	// taken.
+	// PutDeposit stores a new intent (as Fresh makes it); ErrExists if
+	// its account has an intent with its id, or any intent has its
+	// reference.
 	PutDeposit(ctx context.Context, d Deposit) error
 	// GetDeposit returns the account's intent; ErrNotFound if the account
 	// has none with that id.
@@ -79,4 +82,66 @@ type Deposits interface {
 	// ErrLimit if the intent has MaxDepositSignatures already. It returns
 	// the intent as stored.
 	CreditDeposit(ctx context.Context, c DepositCredit) (d Deposit, applied bool, err error)
+}
+
+// MaxDeposits is the most intents one ListDeposits or OpenDeposits call
+// returns.
+const MaxDeposits = 1000
+
+// CheckDepositsLimit is the error of a ListDeposits or OpenDeposits limit
+// out of 1 to MaxDeposits.
+func CheckDepositsLimit(limit int) error { return checkLimit("deposits", limit, MaxDeposits) }
+
+// DepositKey is the idempotency key of a transfer's credit: Grant's, with
+// deposit set, so that a Grant and a CreditDeposit of one signature apply
+// once between them, whichever comes first.
+func DepositKey(signature string) string { return "deposit:" + signature }
+
+// Fresh is d as PutDeposit stores it: pending, nothing credited yet,
+// whatever d says. The error says it cannot be stored: an id, account or
+// reference missing, no Created time, a negative amount.
+func (d Deposit) Fresh() (Deposit, error) {
+	switch {
+	case d.ID == "" || d.AccountID == "" || d.Reference == "":
+		return d, errors.New("deposit intent without an id, account or reference")
+	case d.Created.IsZero():
+		return d, errors.New("deposit intent without a created time")
+	case d.AmountUSDC < 0:
+		return d, fmt.Errorf("deposit intent of negative amount %d", d.AmountUSDC)
+	}
+	d.State, d.CreditedUSDC, d.Credits, d.Signatures = DepositPending, 0, 0, nil
+	return d, nil
+}
+
+// Check reports whether c may be credited: an intent, an account and a
+// signature named, USDC above 0, Credits not negative, a time.
+func (c DepositCredit) Check() error {
+	switch {
+	case c.DepositID == "" || c.AccountID == "" || c.Signature == "":
+		return errors.New("deposit credit without an intent, account or signature")
+	case c.USDC <= 0:
+		return fmt.Errorf("deposit credit of %d USDC units, want above 0", c.USDC)
+	case c.Credits < 0:
+		return fmt.Errorf("deposit credit of negative credits %d", c.Credits)
+	case c.At.IsZero():
+		return errors.New("deposit credit without a time")
+	}
+	return nil
+}
+
+// Entry is the ledger entry of c: Grant's with deposit set and key
+// DepositKey(c.Signature), at c.At.
+func (c DepositCredit) Entry() Entry {
+	return GrantEntry(c.AccountID, c.Credits, DepositKey(c.Signature), true, c.At)
+}
+
+// Credit is d after c: credited, its totals and signatures grown, updated
+// at c.At.
+func (d Deposit) Credit(c DepositCredit) Deposit {
+	d.State = DepositCredited
+	d.CreditedUSDC += c.USDC
+	d.Credits += c.Credits
+	d.Signatures = append(d.Signatures[:len(d.Signatures):len(d.Signatures)], c.Signature)
+	d.Updated = c.At
+	return d
 }

@@ -72,9 +72,12 @@ type AccountLedger interface {
 const MaxEntries = 1000
 
 // CheckEntriesLimit is the error of an Entries limit out of 1 to MaxEntries.
-func CheckEntriesLimit(limit int) error {
-	if limit < 1 || limit > MaxEntries {
-		return fmt.Errorf("entries limit %d, want 1 to %d", limit, MaxEntries)
+func CheckEntriesLimit(limit int) error { return checkLimit("entries", limit, MaxEntries) }
+
+// checkLimit is the error of a listing's limit out of 1 to max.
+func checkLimit(what string, limit, max int) error {
+	if limit < 1 || limit > max {
+		return fmt.Errorf("%s limit %d, want 1 to %d", what, limit, max)
 	}
 	return nil
 }

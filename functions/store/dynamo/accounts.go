@@ -137,21 +137,8 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 	if credits < 0 {
 		return false, fmt.Errorf("dynamo: grant to %s: negative credits %d", accountID, credits)
 	}
-	rec := grantKey(idemKey).av()
-	rec[aAccount] = str(accountID)
-	rec[aCredits] = num(credits)
-	rec["deposit"] = boolean(deposit)
-	update, attrs := "SET #credits = #credits + :c", names(aCredits)
-	if deposit {
-		update, attrs = update+", #deposited = #deposited + :c", names(aCredits, aDeposited)
-	}
-	err := s.transact(ctx, s.withEntry([]types.TransactWriteItem{
-		{Put: &types.Put{TableName: s.tableName(), Item: rec, ConditionExpression: notExists}},
-		{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
-			UpdateExpression: aws.String(update), ConditionExpression: exists,
-			ExpressionAttributeNames:  attrs,
-			ExpressionAttributeValues: map[string]types.AttributeValue{":c": num(credits)}}},
-	}, store.GrantEntry(accountID, credits, idemKey, deposit, s.now())))
+	entry := store.GrantEntry(accountID, credits, idemKey, deposit, s.now())
+	err := s.transact(ctx, s.withEntry(s.grantItems(entry), entry))
 	var tf *txFailed
 	switch {
 	case err == nil:
@@ -162,4 +149,28 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 		err = fmt.Errorf("account: %w", store.ErrNotFound)
 	}
 	return false, fmt.Errorf("dynamo: grant %d to %s (%s): %w", credits, accountID, idemKey, err)
+}
+
+// grantItems are the first two items of the transaction of a grant (or a
+// deposit) whose entry is e (GrantEntry's): the put of the grant record
+// under its idempotency key e.Ref, which must be new, and the account's
+// credit, which must find the account. The caller adds the entry
+// (withEntry).
+func (s *Store) grantItems(e store.Entry) []types.TransactWriteItem {
+	deposit := e.Kind == store.EntryDeposit
+	rec := grantKey(e.Ref).av()
+	rec[aAccount] = str(e.AccountID)
+	rec[aCredits] = num(e.Credits)
+	rec["deposit"] = boolean(deposit)
+	update, attrs := "SET #credits = #credits + :c", names(aCredits)
+	if deposit {
+		update, attrs = update+", #deposited = #deposited + :c", names(aCredits, aDeposited)
+	}
+	return []types.TransactWriteItem{
+		{Put: &types.Put{TableName: s.tableName(), Item: rec, ConditionExpression: notExists}},
+		{Update: &types.Update{TableName: s.tableName(), Key: accountKey(e.AccountID).av(),
+			UpdateExpression: aws.String(update), ConditionExpression: exists,
+			ExpressionAttributeNames:  attrs,
+			ExpressionAttributeValues: map[string]types.AttributeValue{":c": num(e.Credits)}}},
+	}
 }

@@ -84,7 +84,7 @@ var (
 // seed is the state every operation starts from: a paying account with an
 // allowance, a key and a key with a daily spend limit, a worker account
 // with a token, two registered idle workers, a queued job, a job assigned
-// to w1 and a queued job on the limited key.
+// to w1, a queued job on the limited key and a deposit intent.
 func seed(t *testing.T, s store.Store) {
 	t.Helper()
 	steps := []error{
@@ -96,6 +96,7 @@ func seed(t *testing.T, s store.Store) {
 		s.PutWorkerToken(bg, store.Secret{Hash: "th", ID: "t1", AccountID: "wa", CreatedAt: t0}),
 		s.PutWorker(bg, store.Worker{Conn: "w1", AccountID: "wa", TokenHash: "th", Pubkey: "pk1", ConnectedAt: t0}),
 		s.PutWorker(bg, store.Worker{Conn: "w2", AccountID: "wa", TokenHash: "th", Pubkey: "pk2", ConnectedAt: t0}),
+		s.PutDeposit(bg, store.Deposit{ID: "d1", AccountID: "a", Reference: "ref1", Created: t0}),
 	}
 	for _, c := range []string{"w1", "w2"} {
 		_, err := s.RegisterWorker(bg, c, []string{"m"}, nil)
@@ -145,6 +146,14 @@ func TestCrashAtEveryWrite(t *testing.T) {
 		op   func(s store.Store) error
 	}{
 		{"Grant", func(s store.Store) error { _, err := s.Grant(bg, "a", 50, "deposit-sig-1", true); return err }},
+		{"PutDeposit", func(s store.Store) error {
+			return s.PutDeposit(bg, store.Deposit{ID: "d2", AccountID: "a", Reference: "ref2", Created: t0.Add(time.Second)})
+		}},
+		{"CreditDeposit", func(s store.Store) error {
+			_, _, err := s.CreditDeposit(bg, store.DepositCredit{DepositID: "d1", AccountID: "a", Signature: "deposit-sig-2",
+				USDC: 2_000_000, Credits: 200, At: t0.Add(time.Second)})
+			return err
+		}},
 		{"Admit", func(s store.Store) error { _, err := s.Admit(bg, req("new")); return err }},
 		{"AdmitLimited", func(s store.Store) error { _, err := s.Admit(bg, limitedReq("new")); return err }},
 		{"FailRefundLimited", func(s store.Store) error {

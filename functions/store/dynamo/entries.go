@@ -71,7 +71,7 @@ func (s *Store) Entries(ctx context.Context, accountID, before string, limit int
 	if err := store.CheckEntriesLimit(limit); err != nil {
 		return fail(err)
 	}
-	q := &dynamodb.QueryInput{TableName: s.tableName(),
+	q := &dynamodb.QueryInput{
 		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :prefix)"),
 		ExpressionAttributeNames:  names(schema.PK, schema.SK),
 		ExpressionAttributeValues: values{":pk": str(pAccount + accountID), ":prefix": str(sLedger)},
@@ -82,22 +82,14 @@ func (s *Store) Entries(ctx context.Context, accountID, before string, limit int
 		q.ExclusiveStartKey = entryKey(accountID, before).av()
 	}
 	out := []store.Entry{}
-	for {
-		q.Limit = aws.Int32(int32(limit - len(out)))
-		page, err := s.db.Query(ctx, q)
-		if err != nil {
-			return fail(err)
-		}
-		for _, item := range page.Items {
-			var it entryItem
-			if err := unmarshal(item, &it); err != nil {
-				return fail(err)
-			}
-			out = append(out, it.entry())
-		}
-		if len(out) >= limit || len(page.LastEvaluatedKey) == 0 {
-			return out, nil
-		}
-		q.ExclusiveStartKey = page.LastEvaluatedKey
+	err := s.queryUpTo(ctx, q, limit, func(item map[string]types.AttributeValue) error {
+		var it entryItem
+		err := unmarshal(item, &it)
+		out = append(out, it.entry())
+		return err
+	})
+	if err != nil {
+		return fail(err)
 	}
+	return out, nil
 }

@@ -37,11 +37,17 @@ const (
 	sTokenRep = "STANDING" // <TOKEN#hash> / STANDING: the token's strikes and standing
 	pVerdict  = "VERDICT#" // VERDICT#<job>#<pubkey> / VERDICT: a verdict applied, kept forever
 	sLedger   = "LEDGER#"  // ACCT#<id> / LEDGER#<entry id>: a line of the account's ledger, kept forever
+	// A deposit intent's sort keys start with I, past GetAccount's range
+	// (ACCT to EARN#~), which a DEPOSIT# would fall in.
+	sDeposit   = "INTENT#"   // ACCT#<id> / INTENT#<intent id>: a deposit intent, kept forever
+	sDepositAt = "INTENTAT#" // ACCT#<id> / INTENTAT#<created>#<intent id>: the account's intents in time order
+	pDepRef    = "DEPREF#"   // DEPREF#<reference> / DEPREF: the intent a reference is taken by, kept forever
 
 	gQueue  = "Q#" // index partition of queued jobs: Q#<model>#<shard>
 	gWorker = "W#" // index partition of live workers: W#<shard>
 	gEarn   = "E#" // index partition of earnings shards: E#<shard of the account>
 	gIdent  = "I#" // index partition of identities' reputations: I#<shard of the pubkey>
+	gDep    = "D#" // index partition of deposit intents: D#<shard of account and id>
 )
 
 // Attribute names used in expressions.

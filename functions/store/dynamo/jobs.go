@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -271,60 +269,20 @@ func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]stor
 	if limit <= 0 {
 		return nil, nil
 	}
-	type shardResult struct {
-		items []jobItem
-		err   error
+	parts := make([]string, queueShards)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("%s%s#%d", gQueue, model, i)
 	}
-	results := make([]shardResult, queueShards)
-	var wg sync.WaitGroup
-	for i := range queueShards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Pages until this shard gave limit jobs or ran out: a page
-			// ends at Limit items or 1 MB, whichever comes first.
-			p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{TableName: s.tableName(), IndexName: aws.String(schema.Index),
-				KeyConditionExpression:    aws.String("#gpk = :gpk"),
-				ExpressionAttributeNames:  names(schema.GPK),
-				ExpressionAttributeValues: values{":gpk": str(fmt.Sprintf("%s%s#%d", gQueue, model, i))},
-				Limit:                     aws.Int32(int32(min(limit, 1000))),
-			})
-			for p.HasMorePages() && len(results[i].items) < limit {
-				page, err := p.NextPage(ctx)
-				if err != nil {
-					results[i].err = err
-					return
-				}
-				for _, item := range page.Items {
-					var it jobItem
-					if err := unmarshal(item, &it); err != nil {
-						results[i].err = err
-						return
-					}
-					results[i].items = append(results[i].items, it)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	var all []jobItem
-	for _, r := range results {
-		if r.err != nil {
-			return nil, fmt.Errorf("dynamo: queued jobs for %s: %w", model, r.err)
-		}
-		all = append(all, r.items...)
-	}
-	slices.SortFunc(all, func(a, b jobItem) int {
-		switch {
-		case a.GSK < b.GSK:
-			return -1
-		case a.GSK > b.GSK:
-			return 1
-		}
-		return 0
+	all, err := firstOfShards(ctx, s, parts, "", limit, func(item map[string]types.AttributeValue) (store.Job, error) {
+		var it jobItem
+		err := unmarshal(item, &it)
+		return it.job(), err
 	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamo: queued jobs for %s: %w", model, err)
+	}
 	var jobs []store.Job
-	for _, it := range all {
+	for _, j := range all {
 		if len(jobs) == limit {
 			break
 		}
@@ -332,7 +290,7 @@ func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]stor
 		// ended since is not offered again (a dispatcher would spend a
 		// failed transaction on it), nor does the stale entry overwrite
 		// what this process knows of it.
-		if j := it.job(); s.hints.freshQueued(j) {
+		if s.hints.freshQueued(j) {
 			jobs = append(jobs, j)
 		}
 	}

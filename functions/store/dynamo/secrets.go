@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -174,30 +173,16 @@ func (s *Store) listSecrets(ctx context.Context, kind secretKind, accountID stri
 	if err != nil {
 		return fail(err)
 	}
-	found := make(map[string]secretItem, len(hashes))
-	for chunk := range slices.Chunk(hashes, maxBatchGet) {
-		keys := make([]map[string]types.AttributeValue, len(chunk))
-		for i, h := range chunk {
-			keys[i] = kind.hashKey(h).av()
-		}
-		err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
-			var it secretItem
-			if err := unmarshal(item, &it); err != nil {
-				return err
-			}
-			found[it.Hash] = it
-			return nil
-		})
-		if err != nil {
-			return fail(err)
-		}
+	items, err := batchGetListed(ctx, s, kind.name, hashes, kind.hashKey, func(item map[string]types.AttributeValue) (string, secretItem, error) {
+		var it secretItem
+		err := unmarshal(item, &it)
+		return it.Hash, it, err
+	})
+	if err != nil {
+		return fail(err)
 	}
-	out := make([]store.Secret, 0, len(hashes))
-	for _, h := range hashes {
-		it, ok := found[h]
-		if !ok {
-			return fail(fmt.Errorf("listed %s %s has no record", kind.name, h))
-		}
+	out := make([]store.Secret, 0, len(items))
+	for _, it := range items {
 		s.learn(kind, it)
 		out = append(out, it.secret())
 	}
@@ -307,6 +292,32 @@ func (s *Store) query(ctx context.Context, q *dynamodb.QueryInput, fn func(map[s
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// queryUpTo runs q on the table (or its index, if q names one) and calls fn
+// for its items until it has seen limit of them or q has no more: each page
+// asks for the items still wanted (a page may stop short of them at 1 MB).
+// q.ExclusiveStartKey, if set, is where it starts.
+func (s *Store) queryUpTo(ctx context.Context, q *dynamodb.QueryInput, limit int, fn func(map[string]types.AttributeValue) error) error {
+	q.TableName = s.tableName()
+	for seen := 0; seen < limit; {
+		q.Limit = aws.Int32(int32(limit - seen))
+		page, err := s.db.Query(ctx, q)
+		if err != nil {
+			return err
+		}
+		for _, item := range page.Items {
+			if err := fn(item); err != nil {
+				return err
+			}
+			seen++
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		q.ExclusiveStartKey = page.LastEvaluatedKey
 	}
 	return nil
 }

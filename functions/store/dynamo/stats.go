@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -108,4 +109,36 @@ func (s *Store) batchGet(ctx context.Context, keys []map[string]types.AttributeV
 		req = out.UnprocessedKeys
 	}
 	return nil
+}
+
+// batchGetListed reads the items of ids, a listing's, 100 a batch, with the
+// key keyOf gives each, and returns what decode makes of them (with the id
+// it finds in each) in the order of ids. An id without an item is an error:
+// a listing and its records are written together.
+func batchGetListed[T any](ctx context.Context, s *Store, what string, ids []string, keyOf func(string) key,
+	decode func(map[string]types.AttributeValue) (id string, v T, err error)) ([]T, error) {
+	found := make(map[string]T, len(ids))
+	for chunk := range slices.Chunk(ids, maxBatchGet) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, id := range chunk {
+			keys[i] = keyOf(id).av()
+		}
+		err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+			id, v, err := decode(item)
+			found[id] = v
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]T, 0, len(ids))
+	for _, id := range ids {
+		v, ok := found[id]
+		if !ok {
+			return nil, fmt.Errorf("listed %s %s has no record", what, id)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

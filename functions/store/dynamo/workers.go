@@ -497,6 +497,57 @@ func queryShards[T any](ctx context.Context, s *Store, prefix string, n int, f *
 	return slices.Concat(results...), nil
 }
 
+// firstOfShards reads the index partitions parts in parallel, each in
+// sort key order from the sort key from on ("": from its first), until it
+// gave limit items or ran out, and returns what decode makes of all the
+// items read, in sort key order: the first limit of them are the first
+// limit of the partitions together. decode runs in the partitions'
+// goroutines.
+func firstOfShards[T any](ctx context.Context, s *Store, parts []string, from string, limit int,
+	decode func(map[string]types.AttributeValue) (T, error)) ([]T, error) {
+	type found struct {
+		gsk string
+		v   T
+	}
+	results := make([][]found, len(parts))
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, part := range parts {
+		wg.Go(func() {
+			q := &dynamodb.QueryInput{IndexName: aws.String(schema.Index),
+				KeyConditionExpression:    aws.String("#gpk = :gpk"),
+				ExpressionAttributeNames:  names(schema.GPK),
+				ExpressionAttributeValues: values{":gpk": str(part)},
+			}
+			if from != "" {
+				q.KeyConditionExpression = aws.String("#gpk = :gpk AND #gsk >= :from")
+				q.ExpressionAttributeNames = names(schema.GPK, schema.GSK)
+				q.ExpressionAttributeValues[":from"] = str(from)
+			}
+			errs[i] = s.queryUpTo(ctx, q, limit, func(item map[string]types.AttributeValue) error {
+				v, err := decode(item)
+				f := found{v: v}
+				if gsk, ok := item[schema.GSK].(*types.AttributeValueMemberS); ok { // an index item has one
+					f.gsk = gsk.Value
+				}
+				results[i] = append(results[i], f)
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	all := slices.Concat(results...)
+	slices.SortFunc(all, func(a, b found) int { return strings.Compare(a.gsk, b.gsk) })
+	out := make([]T, len(all))
+	for i, f := range all {
+		out[i] = f.v
+	}
+	return out, nil
+}
+
 // PutListener implements store.Store. It overwrites: a listener record has
 // no state to lose.
 func (s *Store) PutListener(ctx context.Context, l store.Listener) error {

@@ -82,31 +82,42 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 		return false, fmt.Errorf("embedded: grant to %s: negative credits %d", accountID, credits)
 	}
 	applied := false
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		grants := tx.Bucket(bGrants)
-		if grants.Get([]byte(idemKey)) != nil {
-			return nil
-		}
-		err := changeAccount(tx, accountID, func(a *store.Account) error {
-			a.Credits += credits
-			if deposit {
-				a.TotalDeposited += credits
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := putEntry(tx, store.GrantEntry(accountID, credits, idemKey, deposit, s.now())); err != nil {
-			return err
-		}
-		applied = true
-		return putJSON(grants, []byte(idemKey), grant{AccountID: accountID, Credits: credits, Deposit: deposit})
+	err := s.update(ctx, func(tx *bolt.Tx) (err error) {
+		applied, err = grantOnce(tx, store.GrantEntry(accountID, credits, idemKey, deposit, s.now()))
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("embedded: grant %d to %s (%s): %w", credits, accountID, idemKey, err)
 	}
 	return applied, nil
+}
+
+// granted reports whether an idempotency key of Grant was used.
+func granted(tx *bolt.Tx, idemKey string) bool { return tx.Bucket(bGrants).Get([]byte(idemKey)) != nil }
+
+// grantOnce applies the grant (or deposit) whose entry is e, unless its
+// idempotency key (e.Ref) was used: the account's balance (and
+// TotalDeposited), the entry and the key's record. applied is false when
+// the key was used; nothing changes then.
+func grantOnce(tx *bolt.Tx, e store.Entry) (applied bool, err error) {
+	if granted(tx, e.Ref) {
+		return false, nil
+	}
+	deposit := e.Kind == store.EntryDeposit
+	err = changeAccount(tx, e.AccountID, func(a *store.Account) error {
+		a.Credits += e.Credits
+		if deposit {
+			a.TotalDeposited += e.Credits
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if err := putEntry(tx, e); err != nil {
+		return false, err
+	}
+	return true, putJSON(tx.Bucket(bGrants), []byte(e.Ref), grant{AccountID: e.AccountID, Credits: e.Credits, Deposit: deposit})
 }
 
 // secretKind is one namespace of secrets: API keys or worker tokens.

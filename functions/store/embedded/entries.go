@@ -38,31 +38,43 @@ func (s *Store) Entries(ctx context.Context, accountID, before string, limit int
 	}
 	out := []store.Entry{}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		prefix := prefixKey(accountID)
 		from := entryKey(accountID, before)
 		if before == "" {
-			// Past the account's last key: its prefix with the separator
-			// one higher.
-			from = append([]byte(accountID), sep+1)
+			from = prefixEnd(accountID)
 		}
-		c := tx.Bucket(bEntries).Cursor()
-		k, v := c.Seek(from)
-		if k == nil {
-			k, v = c.Last()
-		} else {
-			k, v = c.Prev() // the first key below from: before itself is left out
-		}
-		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, v = c.Prev() {
+		return eachBefore(tx.Bucket(bEntries), prefixKey(accountID), from, func(k, v []byte) (bool, error) {
 			var e store.Entry
 			if err := decode(k, v, &e); err != nil {
-				return err
+				return false, err
 			}
 			out = append(out, e)
-		}
-		return nil
+			return len(out) < limit, nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: entries of %s: %w", accountID, err)
 	}
 	return out, nil
+}
+
+// prefixEnd is past every composite key that starts with s: s with the
+// separator one higher.
+func prefixEnd(s string) []byte { return append([]byte(s), sep+1) }
+
+// eachBefore calls fn with b's keys that start with prefix and sort before
+// from (from itself left out), last first, until fn returns false.
+func eachBefore(b *bolt.Bucket, prefix, from []byte, fn func(k, v []byte) (more bool, err error)) error {
+	c := b.Cursor()
+	k, v := c.Seek(from)
+	if k == nil {
+		k, v = c.Last()
+	} else {
+		k, v = c.Prev()
+	}
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
+		if more, err := fn(k, v); err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }

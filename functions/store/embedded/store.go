@@ -6,7 +6,9 @@
 // (Created, ID), secrets by (account, CreatedAt), live workers by token,
 // rate windows and nonce expiries by time); reputations are keyed by
 // account then pubkey, so that an account's identities sort together, and
-// ledger entries by account then entry id (time first). Every
+// ledger entries by account then entry id (time first); deposit intents by
+// account then id, with index buckets by reference, by account then time
+// and by time (their values the intent's key). Every
 // method runs in one bolt transaction, so every multi-record change is
 // atomic, and bolt runs one writer at a time, so check-then-write inside a
 // transaction cannot race.
@@ -30,7 +32,8 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store"
 )
 
-// Bucket names. Index buckets hold empty values; their keys carry the order.
+// Bucket names. Index buckets hold empty values (the deposit indexes, the
+// intent's key); their keys carry the order.
 var (
 	bAccounts         = []byte("accounts")            // account id → Account
 	bGrants           = []byte("grants")              // idempotency key → grant record, kept forever
@@ -55,6 +58,10 @@ var (
 	bTokenStandings   = []byte("token_standings")      // worker token hash → tokenStanding, kept forever
 	bVerdicts         = []byte("verdicts")             // job id|pubkey → verdict applied, kept forever
 	bEntries          = []byte("account_entries")      // account|entry id → Entry, kept forever
+	bDeposits         = []byte("deposits")             // account|intent id → Deposit, kept forever
+	bDepositRefs      = []byte("deposit_refs")         // reference → account|intent id
+	bDepositsByAcct   = []byte("deposits_by_account")  // account|created|intent id → account|intent id
+	bDepositsByTime   = []byte("deposits_by_time")     // created|account|intent id → account|intent id
 )
 
 var allBuckets = [][]byte{
@@ -62,6 +69,7 @@ var allBuckets = [][]byte{
 	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bAccountWindows,
 	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes, bReceipts,
 	bReputations, bTokenStandings, bVerdicts, bEntries,
+	bDeposits, bDepositRefs, bDepositsByAcct, bDepositsByTime,
 }
 
 // Counter keys.
