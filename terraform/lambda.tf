@@ -70,6 +70,9 @@ resource "aws_lambda_function" "api" {
       C0MPUTE_SIGNIN_CHAIN            = var.signin_chain
       C0MPUTE_CORS_ORIGINS            = join(",", var.cors_origins)
       C0MPUTE_CATALOG                 = local.catalog
+      C0MPUTE_RPC_URL                 = var.keeper_config.rpc_url
+      C0MPUTE_USDC_MINT               = var.keeper_config.usdc_mint
+      C0MPUTE_TREASURY                = var.treasury
     }
   }
 

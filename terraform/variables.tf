@@ -162,6 +162,12 @@ variable "keeper_config" {
   })
 }
 
+variable "treasury" {
+  description = "The treasury wallet's public key (base58), which receives USDC deposits (the keeper's key's wallet); empty turns the deposit routes off. The API takes rpc_url and usdc_mint from keeper_config."
+  type        = string
+  default     = ""
+}
+
 variable "alarm_topic_arn" {
   description = "SNS topic the alarms notify; empty: alarms only change state (visible in the console)."
   type        = string

@@ -53,6 +53,11 @@ type Store interface {
 	Workers(ctx context.Context) ([]store.Worker, error)
 	Stats(ctx context.Context, now time.Time) (store.Stats, error)
 	Entries(ctx context.Context, accountID, before string, limit int) ([]store.Entry, error)
+	PutDeposit(ctx context.Context, d store.Deposit) error
+	GetDeposit(ctx context.Context, accountID, id string) (store.Deposit, error)
+	ListDeposits(ctx context.Context, accountID string, limit int) ([]store.Deposit, error)
+	OpenDeposits(ctx context.Context, since time.Time, limit int) ([]store.Deposit, error)
+	CreditDeposit(ctx context.Context, c store.DepositCredit) (store.Deposit, bool, error)
 }
 
 // Dispatcher assigns jobs to workers.
@@ -142,6 +147,7 @@ type Server struct {
 	tickets  *relaymsg.Ticketer
 	roster   roster
 	signIn   *siws.Issuer
+	deposits *Deposits
 }
 
 // Config wires a Server. Every field but Now is required.
@@ -157,6 +163,9 @@ type Config struct {
 	// SignIn issues and verifies Sign-In With Solana; nil turns the
 	// sign-in routes off.
 	SignIn *siws.Issuer
+	// Deposits takes USDC deposits (Solana Pay transfer requests); nil
+	// turns the deposit routes off.
+	Deposits *Deposits
 	// CORSOrigins are the browser origins allowed to call the API
 	// (cors.ParseOrigins); none turns CORS off.
 	CORSOrigins []string
@@ -183,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Limits.AccountRatePerMinute = cfg.Limits.RatePerMinute
 	}
 	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
-		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn}
+		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -193,6 +202,9 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/models/{id...}", handler(s.model))
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
 	mux.Handle("GET /v1/transactions", s.authed(s.transactions))
+	mux.Handle("POST /v1/deposits", s.authed(s.createDeposit))
+	mux.Handle("GET /v1/deposits", s.authed(s.listDeposits))
+	mux.Handle("POST /v1/deposits/{id}/verify", s.authed(s.verifyDeposit))
 	mux.Handle("GET /v1/stats", handler(s.stats))
 	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
 	mux.Handle("GET /v1/workers", s.authed(s.workers))

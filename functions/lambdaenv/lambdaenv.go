@@ -48,6 +48,9 @@ const (
 	EnvSignInChain     = "C0MPUTE_SIGNIN_CHAIN"
 	EnvCORSOrigins     = "C0MPUTE_CORS_ORIGINS"
 	EnvCatalog         = "C0MPUTE_CATALOG"
+	EnvRPCURL          = "C0MPUTE_RPC_URL"
+	EnvUSDCMint        = "C0MPUTE_USDC_MINT"
+	EnvTreasury        = "C0MPUTE_TREASURY"
 	defaultBatchWindow = 50 * time.Millisecond
 )
 
@@ -96,6 +99,12 @@ type API struct {
 	// CORSOrigins are the browser origins allowed to call the API
 	// (comma-separated scheme://host[:port], or *); empty: CORS off.
 	CORSOrigins []string
+	// RPCURL is a Solana JSON-RPC endpoint, USDCMint the USDC mint and
+	// Treasury the wallet deposits go to (base58); deposits are off while
+	// Treasury is empty.
+	RPCURL   string `validate:"required_with=Treasury,omitempty,url"`
+	USDCMint string `validate:"required_with=Treasury,omitempty,min=32,max=44"`
+	Treasury string `validate:"omitempty,min=32,max=44"`
 }
 
 // Relay is the relay function's configuration.
@@ -158,6 +167,7 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 	if c.CORSOrigins, err = cors.ParseOrigins(e(EnvCORSOrigins)); err != nil {
 		return API{}, fmt.Errorf("%s: %w", EnvCORSOrigins, err)
 	}
+	c.RPCURL, c.USDCMint, c.Treasury = e(EnvRPCURL), e(EnvUSDCMint), e(EnvTreasury)
 	return c, check(c)
 }
 
@@ -211,6 +221,7 @@ var variable = map[string]string{
 	"RatePerMinute": EnvRatePerMinute, "AccountRatePerMinute": EnvAccountRate, "WorkerSharePercent": EnvWorkerSharePct, "BatchWindow": EnvBatchWindowMS,
 	"MaxTokPerSec": EnvMaxTokPerSec, "CanaryEverySeconds": EnvCanaryEvery,
 	"SignInDomain": EnvSignInDomain, "SignInChain": EnvSignInChain,
+	"RPCURL": EnvRPCURL, "USDCMint": EnvUSDCMint, "Treasury": EnvTreasury,
 }
 
 // Secret reads a secret from Secrets Manager (arnVar holds its ARN) or from

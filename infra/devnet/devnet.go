@@ -67,6 +67,9 @@ type Config struct {
 	// CORSOrigins are the browser origins allowed to call the API; none
 	// turns CORS off.
 	CORSOrigins []string
+	// Deposits, when set, takes USDC deposits on its chain; the stack
+	// sweeps for unreported ones every DepositSweepEvery.
+	Deposits *api.Deposits
 	// Canaries, when set, runs the canary runner in the API process
 	// (functions/canary) with these settings; Store, Gateway, Catalog,
 	// Secret and Log are the stack's.
@@ -186,6 +189,8 @@ type Stack struct {
 	Canaries *canary.Runner
 
 	stopCanaries context.CancelFunc
+	stopSweep    context.CancelFunc
+	api          *api.Server
 	relay        *relay.Relay
 	relaySrv     *http.Server
 	mgmtSrv      *http.Server
@@ -264,13 +269,19 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: s.Conns, Relay: s.listener,
-		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Limits: cfg.Limits, Log: log.With("component", "api")})
+		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Deposits: cfg.Deposits, Limits: cfg.Limits, Log: log.With("component", "api")})
 	if err != nil {
 		apiLn.Close()
 		return nil, err
 	}
 	s.apiSrv = cfg.Timeouts.apiServer(a, cfg.Limits.Job)
+	s.api = a
 	go func() { s.serveErrs <- serve(s.apiSrv, apiLn) }()
+	if cfg.Deposits != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopSweep = cancel
+		go s.sweepDeposits(ctx, log.With("component", "deposit-sweep"))
+	}
 	if cfg.Canaries != nil {
 		c := *cfg.Canaries
 		c.Store, c.Gateway, c.Catalog, c.Secret, c.Log = cfg.Store, a, cat, secret, log.With("component", "canary")
@@ -299,6 +310,31 @@ func serve(srv *http.Server, ln net.Listener) error {
 	return nil
 }
 
+// DepositSweepEvery is how often the stack looks on-chain for deposits
+// nobody reported.
+const DepositSweepEvery = 15 * time.Second
+
+// SweepDeposits looks on-chain for deposits nobody reported and credits
+// them now (the stack also does so every DepositSweepEvery).
+func (s *Stack) SweepDeposits(ctx context.Context) (int, error) { return s.api.SweepDeposits(ctx) }
+
+func (s *Stack) sweepDeposits(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(DepositSweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := s.SweepDeposits(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("deposit sweep", "err", err)
+		} else if n > 0 {
+			log.Info("deposit sweep credited transfers", "transfers", n)
+		}
+	}
+}
+
 // Listener is the API's relay listener (tests drop its connection).
 func (s *Stack) Listener() *listener.Listener { return s.listener }
 
@@ -314,6 +350,9 @@ func (s *Stack) Close() error {
 	if s.stopCanaries != nil {
 		s.stopCanaries()
 		s.Canaries.Wait()
+	}
+	if s.stopSweep != nil {
+		s.stopSweep()
 	}
 	if s.apiSrv != nil {
 		errs = append(errs, s.apiSrv.Shutdown(ctx))

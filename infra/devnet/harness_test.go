@@ -77,6 +77,8 @@ type envOptions struct {
 	store store.Store
 	// cors are the browser origins the API allows.
 	cors []string
+	// deposits takes USDC deposits on a chain.
+	deposits *api.Deposits
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -95,7 +97,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0",
 		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: testLog(t),
-		CORSOrigins: o.cors})
+		CORSOrigins: o.cors, Deposits: o.deposits})
 	if err != nil {
 		t.Fatal(err)
 	}

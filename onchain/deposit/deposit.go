@@ -43,7 +43,8 @@ var MemoPrograms = []solana.PublicKey{
 // Deposit is a verified USDC transfer to the treasury.
 type Deposit struct {
 	Signature solana.Signature
-	// Account is the memo: the c0mpute account the deposit is for.
+	// Account is the memo: the c0mpute account the deposit is for (empty
+	// for a deposit read by its reference, whose intent names the account).
 	Account string
 	// USDC is the amount the treasury received, in base units (1e-6 USDC).
 	USDC uint64
@@ -64,27 +65,12 @@ type Verifier struct {
 	Config onchain.Config
 }
 
-// Verify reads the transaction sig and extracts its deposit.
+// Verify reads the transaction sig and extracts its deposit, for the
+// account its memo names.
 func (v *Verifier) Verify(ctx context.Context, sig solana.Signature) (Deposit, error) {
-	maxVersion := uint64(0)
-	res, err := v.RPC.GetTransaction(ctx, sig, &rpc.GetTransactionOpts{
-		Encoding:                       solana.EncodingBase64,
-		Commitment:                     rpc.CommitmentFinalized,
-		MaxSupportedTransactionVersion: &maxVersion,
-	})
-	if errors.Is(err, rpc.ErrNotFound) || (err == nil && res == nil) {
-		// Not finalized, or not there at all: the status tells which.
-		st, serr := v.RPC.GetSignatureStatuses(ctx, true, sig)
-		if serr == nil && st != nil && len(st.Value) == 1 && st.Value[0] != nil {
-			if st.Value[0].Err != nil {
-				return Deposit{}, fmt.Errorf("%w: %v", ErrFailed, st.Value[0].Err)
-			}
-			return Deposit{}, ErrNotFinalized
-		}
-		return Deposit{}, fmt.Errorf("%w: %s", ErrNotFound, sig)
-	}
+	res, err := v.finalized(ctx, sig)
 	if err != nil {
-		return Deposit{}, fmt.Errorf("deposit: get transaction %s: %w", sig, err)
+		return Deposit{}, err
 	}
 	d, err := Extract(v.Config, res)
 	if err != nil {
@@ -96,33 +82,104 @@ func (v *Verifier) Verify(ctx context.Context, sig solana.Signature) (Deposit, e
 	return d, nil
 }
 
+// VerifyReference reads the transaction sig and extracts its deposit, which
+// must carry reference (a Solana Pay transfer request's): the deposit is
+// the reference's, whatever its memo says and whoever reports it.
+func (v *Verifier) VerifyReference(ctx context.Context, sig solana.Signature, reference solana.PublicKey) (Deposit, error) {
+	res, err := v.finalized(ctx, sig)
+	if err != nil {
+		return Deposit{}, err
+	}
+	d, err := ExtractReference(v.Config, res, reference)
+	if err != nil {
+		return Deposit{}, err
+	}
+	if d.Signature != sig {
+		return Deposit{}, fmt.Errorf("deposit: the node returned transaction %s for %s", d.Signature, sig)
+	}
+	return d, nil
+}
+
+// finalized reads a finalized transaction, telling one that failed or is
+// not finalized yet from one that does not exist.
+func (v *Verifier) finalized(ctx context.Context, sig solana.Signature) (*rpc.GetTransactionResult, error) {
+	maxVersion := uint64(0)
+	res, err := v.RPC.GetTransaction(ctx, sig, &rpc.GetTransactionOpts{
+		Encoding:                       solana.EncodingBase64,
+		Commitment:                     rpc.CommitmentFinalized,
+		MaxSupportedTransactionVersion: &maxVersion,
+	})
+	if errors.Is(err, rpc.ErrNotFound) || (err == nil && res == nil) {
+		// Not finalized, or not there at all: the status tells which.
+		st, serr := v.RPC.GetSignatureStatuses(ctx, true, sig)
+		if serr == nil && st != nil && len(st.Value) == 1 && st.Value[0] != nil {
+			if st.Value[0].Err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrFailed, st.Value[0].Err)
+			}
+			return nil, ErrNotFinalized
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, sig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deposit: get transaction %s: %w", sig, err)
+	}
+	return res, nil
+}
+
+// ErrNoReference means the transfer does not carry the deposit intent's
+// reference: it is not this intent's to claim.
+var ErrNoReference = errors.New("deposit: the transaction does not carry this deposit's reference")
+
 // Extract reads a deposit out of a transaction as getTransaction returns
-// it (base64 encoding). It trusts nothing in res: every index is checked.
+// it (base64 encoding), for the account its one memo names. It trusts
+// nothing in res: every index is checked.
 func Extract(cfg onchain.Config, res *rpc.GetTransactionResult) (Deposit, error) {
+	d, tx, keys, err := extract(cfg, res)
+	if err != nil {
+		return Deposit{}, err
+	}
+	if d.Account, err = findMemo(tx, keys); err != nil {
+		return Deposit{}, err
+	}
+	return d, nil
+}
+
+// ExtractReference reads the deposit of a Solana Pay transfer that carries
+// reference among its account keys (as Solana Pay adds it: a read-only,
+// non-signing key of the transfer). Its memo, if any, is not read.
+func ExtractReference(cfg onchain.Config, res *rpc.GetTransactionResult, reference solana.PublicKey) (Deposit, error) {
+	d, _, keys, err := extract(cfg, res)
+	if err != nil {
+		return Deposit{}, err
+	}
+	if !keys.Contains(reference) {
+		return Deposit{}, ErrNoReference
+	}
+	return d, nil
+}
+
+// extract reads the USDC the treasury received in a transaction, with the
+// transaction and all its account keys (loaded ones included).
+func extract(cfg onchain.Config, res *rpc.GetTransactionResult) (Deposit, *solana.Transaction, solana.PublicKeySlice, error) {
 	if res == nil || res.Transaction == nil || res.Meta == nil {
-		return Deposit{}, fmt.Errorf("%w: empty response", ErrNotFound)
+		return Deposit{}, nil, nil, fmt.Errorf("%w: empty response", ErrNotFound)
 	}
 	if res.Meta.Err != nil {
-		return Deposit{}, fmt.Errorf("%w: %v", ErrFailed, res.Meta.Err)
+		return Deposit{}, nil, nil, fmt.Errorf("%w: %v", ErrFailed, res.Meta.Err)
 	}
 	tx, err := res.Transaction.GetTransaction()
 	if err != nil {
-		return Deposit{}, fmt.Errorf("deposit: decode transaction: %w", err)
+		return Deposit{}, nil, nil, fmt.Errorf("deposit: decode transaction: %w", err)
 	}
 	if tx == nil || len(tx.Signatures) == 0 {
-		return Deposit{}, errors.New("deposit: transaction has no signature")
+		return Deposit{}, nil, nil, errors.New("deposit: transaction has no signature")
 	}
 	keys := append(append(append(solana.PublicKeySlice{}, tx.Message.AccountKeys...),
 		res.Meta.LoadedAddresses.Writable...), res.Meta.LoadedAddresses.ReadOnly...)
 
-	memo, err := findMemo(tx, keys)
-	if err != nil {
-		return Deposit{}, err
-	}
-
 	deltas, err := tokenDeltas(res.Meta.PreTokenBalances, res.Meta.PostTokenBalances, len(keys))
 	if err != nil {
-		return Deposit{}, err
+		return Deposit{}, nil, nil, err
 	}
 	treasuryUSDC := cfg.TreasuryUSDC()
 	var received *big.Int
@@ -143,21 +200,21 @@ func Extract(cfg onchain.Config, res *rpc.GetTransactionResult) (Deposit, error)
 	switch {
 	case received != nil:
 	case otherMint:
-		return Deposit{}, ErrWrongMint
+		return Deposit{}, nil, nil, ErrWrongMint
 	case otherDest:
-		return Deposit{}, ErrWrongDestination
+		return Deposit{}, nil, nil, ErrWrongDestination
 	default:
-		return Deposit{}, ErrNoTransfer
+		return Deposit{}, nil, nil, ErrNoTransfer
 	}
 	if !received.IsUint64() {
-		return Deposit{}, fmt.Errorf("deposit: amount %s out of range", received)
+		return Deposit{}, nil, nil, fmt.Errorf("deposit: amount %s out of range", received)
 	}
 	usdc := received.Uint64()
 	credits := usdc / 10_000
 	if credits == 0 {
-		return Deposit{}, fmt.Errorf("%w: %d base units", ErrTooSmall, usdc)
+		return Deposit{}, nil, nil, fmt.Errorf("%w: %d base units", ErrTooSmall, usdc)
 	}
-	return Deposit{Signature: tx.Signatures[0], Account: memo, USDC: usdc, Credits: int64(credits), Slot: res.Slot}, nil
+	return Deposit{Signature: tx.Signatures[0], USDC: usdc, Credits: int64(credits), Slot: res.Slot}, tx, keys, nil
 }
 
 // findMemo returns the one memo's text, validated as an account id.

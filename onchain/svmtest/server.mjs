@@ -199,6 +199,9 @@ function send(b64, cfg = {}) {
   blockHeight += 1;
   setClock();
   records.set(signature, {
+    // Every key the transaction names (loaded ones too), for
+    // getSignaturesForAddress.
+    named: new Set(keys),
     slot: Number(slot),
     blockTime: Number(unixTime),
     wire: wire.toString("base64"),
@@ -286,6 +289,24 @@ const methods = {
       };
     }),
   }),
+  // Newest first, as a validator answers; before/until are signatures.
+  getSignaturesForAddress: ([addr, cfg = {}]) => {
+    const limit = Math.min(cfg.limit ?? 1000, 1000);
+    const out = [];
+    let started = !cfg.before;
+    for (const [sig, r] of [...records.entries()].reverse()) {
+      if (!started) {
+        started = sig === cfg.before;
+        continue;
+      }
+      if (sig === cfg.until) break;
+      if (!r.named.has(addr) || !visible(sig, cfg.commitment ?? "finalized")) continue;
+      out.push({ signature: sig, slot: r.slot, err: r.meta.err, memo: null, blockTime: r.blockTime,
+        confirmationStatus: r.finalized ? "finalized" : "confirmed" });
+      if (out.length >= limit) break;
+    }
+    return out;
+  },
   getTransaction: ([sig, cfg = {}]) => {
     const r = visible(sig, cfg.commitment ?? "finalized");
     if (!r) return null;

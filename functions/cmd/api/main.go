@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"time"
@@ -14,6 +15,9 @@ import (
 	"github.com/aws/aws-lambda-go/lambdaurl"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/gagliardetto/solana-go"
+	"github.com/gagliardetto/solana-go/rpc"
 
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/canary"
@@ -23,6 +27,8 @@ import (
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/siws"
+	"github.com/c0mpute/c0mpute/onchain"
+	"github.com/c0mpute/c0mpute/onchain/deposit"
 )
 
 func main() {
@@ -75,8 +81,13 @@ func setup(ctx context.Context) (http.Handler, error) {
 			return nil, err
 		}
 	}
+	deposits, err := depositsFrom(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
-		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), SignIn: signIn, Limits: limits, Log: log})
+		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), SignIn: signIn,
+		CORSOrigins: cfg.CORSOrigins, Deposits: deposits, Limits: limits, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +99,11 @@ func setup(ctx context.Context) (http.Handler, error) {
 		return nil, err
 	}
 	go runner.Run(context.Background())
+	if deposits != nil {
+		// Each instance sweeps for unreported deposits while it runs; a
+		// transfer is credited once however many sweep.
+		go sweepDeposits(a, log)
+	}
 	// Lambda freezes the instance between requests, heartbeats included:
 	// make sure the listener connection survived before a job names it.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -98,4 +114,40 @@ func setup(ctx context.Context) (http.Handler, error) {
 		}
 		a.ServeHTTP(w, r)
 	}), nil
+}
+
+// depositsFrom is the deposit routes' configuration, or nil while no
+// treasury is set.
+func depositsFrom(cfg lambdaenv.API) (*api.Deposits, error) {
+	if cfg.Treasury == "" {
+		return nil, nil
+	}
+	mint, err := solana.PublicKeyFromBase58(cfg.USDCMint)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", lambdaenv.EnvUSDCMint, err)
+	}
+	treasury, err := solana.PublicKeyFromBase58(cfg.Treasury)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", lambdaenv.EnvTreasury, err)
+	}
+	client := rpc.New(cfg.RPCURL)
+	return &api.Deposits{Mint: mint, Treasury: treasury, Label: "c0mpute", Lister: client,
+		Verifier: &deposit.Verifier{RPC: client, Config: onchain.Config{USDCMint: mint, Treasury: treasury}}}, nil
+}
+
+// sweepEvery is how often an instance looks on-chain for unreported
+// deposits.
+const sweepEvery = time.Minute
+
+func sweepDeposits(a *api.Server, log *slog.Logger) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), sweepEvery)
+		if n, err := a.SweepDeposits(ctx); err != nil {
+			log.Warn("deposit sweep", "err", err)
+		} else if n > 0 {
+			log.Info("deposit sweep credited transfers", "transfers", n)
+		}
+		cancel()
+		time.Sleep(sweepEvery)
+	}
 }
