@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
@@ -29,6 +30,7 @@ import (
 type Store interface {
 	GetAccount(ctx context.Context, id string) (store.Account, error)
 	CreateAccount(ctx context.Context, a store.Account) error
+	Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (bool, error)
 	UseNonce(ctx context.Context, nonce string, expires time.Time) error
 	GetAPIKey(ctx context.Context, hash string) (store.Secret, error)
 	ListAPIKeys(ctx context.Context, accountID string) ([]store.Secret, error)
@@ -148,6 +150,8 @@ type Server struct {
 	roster   roster
 	signIn   *siws.Issuer
 	deposits *Deposits
+	// suspects is called with a worker whose reply looked wrong.
+	suspects atomic.Pointer[func(conn string)]
 }
 
 // Config wires a Server. Every field but Now is required.
@@ -210,15 +214,15 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/workers", s.authed(s.workers))
 	mux.Handle("POST /v1/auth/siws/challenge", handler(s.challenge))
 	mux.Handle("POST /v1/auth/siws/verify", handler(s.verifySignIn))
-	mux.Handle("GET /v1/keys", s.authed(s.listKeys))
-	mux.Handle("POST /v1/keys", s.authed(s.createKey))
-	mux.Handle("PATCH /v1/keys/{id}", s.authed(s.updateKey))
-	mux.Handle("DELETE /v1/keys/{id}", s.authed(s.revokeKey))
+	mux.Handle("GET /v1/keys", s.managing(s.listKeys))
+	mux.Handle("POST /v1/keys", s.managing(s.createKey))
+	mux.Handle("PATCH /v1/keys/{id}", s.managing(s.updateKey))
+	mux.Handle("DELETE /v1/keys/{id}", s.managing(s.revokeKey))
 	mux.Handle("GET /v1/key", s.authed(s.currentKey))
-	mux.Handle("GET /v1/worker-tokens", s.authed(s.listWorkerTokens))
-	mux.Handle("POST /v1/worker-tokens", s.authed(s.createWorkerToken))
-	mux.Handle("PATCH /v1/worker-tokens/{id}", s.authed(s.renameWorkerToken))
-	mux.Handle("DELETE /v1/worker-tokens/{id}", s.authed(s.revokeWorkerToken))
+	mux.Handle("GET /v1/worker-tokens", s.managing(s.listWorkerTokens))
+	mux.Handle("POST /v1/worker-tokens", s.managing(s.createWorkerToken))
+	mux.Handle("PATCH /v1/worker-tokens/{id}", s.managing(s.renameWorkerToken))
+	mux.Handle("DELETE /v1/worker-tokens/{id}", s.managing(s.revokeWorkerToken))
 	mux.Handle("/", handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
 			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path}
@@ -261,12 +265,27 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type principal struct {
 	account string
 	keyHash string
+	// limited is a key with spend controls (a limit or an expiry): it
+	// may spend, not manage keys or tokens.
+	limited bool
 }
 
 type principalKey struct{}
 
 // authed checks the bearer API key before the handler runs.
 func (s *Server) authed(next handler) http.Handler { return s.auth(next, false) }
+
+// managing is authed for the routes that manage keys and tokens, which a
+// key with spend controls may not use: a limited key handed to an agent
+// must not raise its own limit, mint unlimited keys or revoke others.
+func (s *Server) managing(next handler) http.Handler {
+	return s.authed(func(w http.ResponseWriter, r *http.Request) error {
+		if who(r).limited {
+			return errLimitedKey
+		}
+		return next(w, r)
+	})
+}
 
 // authedCached is authed for a handler that checks the key again itself,
 // atomically with what it does (chat: Admit): a key seen active within
@@ -300,7 +319,8 @@ func (s *Server) auth(next handler, cached bool) http.Handler {
 			return errKeyExpired
 		}
 		s.keys.put(hash, key.AccountID, s.now())
-		ctx := context.WithValue(r.Context(), principalKey{}, principal{account: key.AccountID, keyHash: hash})
+		ctx := context.WithValue(r.Context(), principalKey{}, principal{account: key.AccountID, keyHash: hash,
+			limited: key.Limit > 0 || !key.ExpiresAt.IsZero()})
 		return next(w, r.WithContext(ctx))
 	})
 }

@@ -30,10 +30,13 @@ type CanaryRequest struct {
 // answer passes. Err is the API error when it did not complete; a
 // rejection by a check was judged already.
 type CanaryReply struct {
-	JobID   string
-	Text    string
-	Earning int64
-	Err     *oaiwire.Error
+	JobID string
+	// Text is the reply's content; Reasoning a thinking model's
+	// reasoning, which comes first.
+	Text      string
+	Reasoning string
+	Earning   int64
+	Err       *oaiwire.Error
 }
 
 type canaryKey struct{}
@@ -67,7 +70,8 @@ func (s *Server) Canary(ctx context.Context, c CanaryRequest) (CanaryReply, erro
 		ID      string `json:"id"`
 		Choices []struct {
 			Message struct {
-				Content *string `json:"content"`
+				Content   *string `json:"content"`
+				Reasoning string  `json:"reasoning_content"`
 			} `json:"message"`
 		} `json:"choices"`
 		Error *oaiwire.Error `json:"error"`
@@ -83,7 +87,7 @@ func (s *Server) Canary(ctx context.Context, c CanaryRequest) (CanaryReply, erro
 		e.Status = w.status
 		return CanaryReply{JobID: resp.ID, Err: e}, nil
 	}
-	reply := CanaryReply{JobID: resp.ID}
+	reply := CanaryReply{JobID: resp.ID, Reasoning: resp.Choices[0].Message.Reasoning}
 	if t := resp.Choices[0].Message.Content; t != nil {
 		reply.Text = *t
 	}

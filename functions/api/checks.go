@@ -19,8 +19,9 @@ import (
 
 // Coherence thresholds. Each is far from what an honest model writes for
 // an ordinary request (a reply is judged only past a minimum size, where
-// chance cannot produce it), and each weighs CoherenceStrikes only, since
-// a request can ask for such a reply.
+// chance cannot produce it); since a request can ask for such a reply, a
+// reply past one makes its worker a suspect (a canary at once), nothing
+// more.
 const (
 	// A reply with at least minRunesReplacement runes, a quarter of them
 	// U+FFFD, is broken bytes rather than text.
@@ -140,13 +141,13 @@ func (j *jobRun) checkWork(m *relaymsg.Done, rawSpeed int64) (string, int64) {
 		// reply is right when every honest worker's greedy reply is the
 		// same.
 		return "", 0
-	case j.deltas == 0 && m.FinishReason == "stop":
-		// A model may end its reply at once, and an honest one does now
-		// and then: the reply earns nothing and the job goes to another
-		// worker, but it weighs no strike (a worker that only ever ends
-		// at once fails its canaries). A second worker's empty reply to
-		// the same job, or the last attempt's, is the answer: the request
-		// asked for it.
+	case j.deltas == 0:
+		// Nothing relayed, whatever the finish reason. A model may end
+		// its reply at once, and an honest one does now and then: the
+		// reply earns nothing and the job goes to another worker, but it
+		// weighs no strike (a worker that only ever ends at once fails
+		// its canaries). A second worker's empty reply to the same job,
+		// or the last attempt's, is the answer: the request asked for it.
 		if j.empties > 0 || j.attempts >= j.s.limits.MaxAttempts {
 			return "", 0
 		}
@@ -154,9 +155,24 @@ func (j *jobRun) checkWork(m *relaymsg.Done, rawSpeed int64) (string, int64) {
 		return "empty_reply", 0
 	}
 	if why := j.stats.incoherent(); why != "" {
-		return why, store.CoherenceStrikes
+		// A request can ask for such a reply ("repeat ha 200 times"),
+		// so it is not rejected, refunded or struck: that would give the
+		// client the reply free and let it quarantine honest workers. It
+		// makes the worker a suspect, whose next canary comes at once.
+		j.s.log.Info("reply looks incoherent; the worker gets a canary", "job", j.job.ID, "worker", j.worker, "check", why)
+		j.s.suspect(j.worker)
 	}
 	return "", 0
+}
+
+// OnSuspect sets what the API calls with a worker whose reply looked
+// wrong but could have been asked for (the canary runner's Suspect).
+func (s *Server) OnSuspect(f func(conn string)) { s.suspects.Store(&f) }
+
+func (s *Server) suspect(conn string) {
+	if f := s.suspects.Load(); f != nil && *f != nil {
+		(*f)(conn)
+	}
 }
 
 // errWorkRejected ends a reply that failed a check after part of it
@@ -233,12 +249,42 @@ func (s *Server) Judge(v store.Verdict) {
 	if standing == store.StandingBanned {
 		// A banned worker is done here: its connection closes, and the
 		// store refuses it (and its token) on the next connect.
-		s.dispatch.Forget(v.Conn)
-		if _, err := s.store.DeleteWorker(ctx, v.Conn); err != nil && !errors.Is(err, store.ErrNotFound) {
-			s.log.Warn("drop banned worker", "worker", v.Conn, "err", err)
-		}
-		if err := s.conns.Delete(ctx, v.Conn); err != nil {
-			s.log.Warn("close banned worker's connection", "worker", v.Conn, "err", err)
+		s.cut(ctx, v.Conn, "banned")
+	}
+	if standing != store.StandingActive {
+		// The identity's other live connections (and, for a ban, the
+		// token's) hold the standing of their connect: they are closed
+		// too, and come back, if they may, with the new one.
+		s.cutSiblings(ctx, v, standing == store.StandingBanned)
+	}
+}
+
+// cut drops a worker from dispatch and the store and closes its
+// connection.
+func (s *Server) cut(ctx context.Context, conn, why string) {
+	s.dispatch.Forget(conn)
+	if _, err := s.store.DeleteWorker(ctx, conn); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("drop worker", "worker", conn, "why", why, "err", err)
+	}
+	if err := s.conns.Delete(ctx, conn); err != nil {
+		s.log.Warn("close worker connection", "worker", conn, "why", why, "err", err)
+	}
+}
+
+// cutSiblings closes the other live connections of a judged identity, and
+// with token those of its token (a ban), that do not have the standing
+// yet: a verdict reaches each at its next connect. A quarantined token's
+// other identities take it at their next connect.
+func (s *Server) cutSiblings(ctx context.Context, v store.Verdict, token bool) {
+	ws, err := s.store.Workers(ctx)
+	if err != nil {
+		s.log.Warn("list the judged worker's other connections", "err", err)
+		return
+	}
+	for _, w := range ws {
+		same := (w.Pubkey == v.Pubkey && w.AccountID == v.AccountID) || (token && w.TokenHash == v.TokenHash)
+		if w.Conn != v.Conn && same && (token || !w.Quarantined()) {
+			s.cut(ctx, w.Conn, "verdict on its identity or token")
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,7 +55,7 @@ func TestCoherence(t *testing.T) {
 
 // checkWork's claims and speed checks, from what the gateway relayed.
 func TestCheckWork(t *testing.T) {
-	s := &Server{limits: Limits{MaxTokPerSec: 1000, MaxAttempts: 3}}
+	s := &Server{limits: Limits{MaxTokPerSec: 1000, MaxAttempts: 3}, log: slog.New(slog.DiscardHandler)}
 	for _, tc := range []struct {
 		name          string
 		deltas, bytes int64
@@ -71,7 +72,7 @@ func TestCheckWork(t *testing.T) {
 		{"prompt inflated", 20, 90, 400, oaiwire.Usage{PromptTokens: 5000, CompletionTokens: 20}, "stop", 50_000, "usage_inflated", store.ProofStrikes},
 		{"impossible speed", 200, 900, 400, oaiwire.Usage{CompletionTokens: 200}, "stop", 20_000_000, "impossible_speed", store.ProofStrikes},
 		{"empty with stop", 0, 0, 400, oaiwire.Usage{PromptTokens: 40}, "stop", 0, "empty_reply", 0},
-		{"empty with length", 0, 0, 400, oaiwire.Usage{PromptTokens: 40}, "length", 0, "", 0},
+		{"empty with length", 0, 0, 400, oaiwire.Usage{PromptTokens: 40}, "length", 0, "empty_reply", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := &jobRun{s: s, deltas: tc.deltas, replyBytes: tc.bytes, jobBytes: tc.jobBytes, attempts: 1}
@@ -85,6 +86,16 @@ func TestCheckWork(t *testing.T) {
 	off := &jobRun{s: &Server{}, deltas: 200, replyBytes: 900, jobBytes: 400}
 	if why, _ := off.checkWork(&relaymsg.Done{Usage: oaiwire.Usage{CompletionTokens: 200}, FinishReason: "stop"}, 20_000_000); why != "" {
 		t.Errorf("speed check with MaxTokPerSec 0: %q, want it off", why)
+	}
+	// An incoherent reply is not rejected (a request can ask for one):
+	// its worker becomes a suspect.
+	var suspects []string
+	s.OnSuspect(func(conn string) { suspects = append(suspects, conn) })
+	odd := &jobRun{s: s, worker: "w-odd", deltas: 100, replyBytes: 200, jobBytes: 400, attempts: 1}
+	odd.stats.add(oaiwire.Delta{Content: strings.Repeat("a", 200)})
+	if why, strikes := odd.checkWork(&relaymsg.Done{FinishReason: "stop", Usage: oaiwire.Usage{CompletionTokens: 100}}, 0); why != "" || strikes != 0 ||
+		len(suspects) != 1 || suspects[0] != "w-odd" {
+		t.Errorf("an incoherent reply: %q, %d, suspects %v; want accepted and its worker a suspect", why, strikes, suspects)
 	}
 	last := &jobRun{s: s, jobBytes: 400, attempts: 3}
 	if why, _ := last.checkWork(&relaymsg.Done{FinishReason: "stop"}, 0); why != "" {

@@ -134,6 +134,19 @@ func (s *Server) createDeposit(w http.ResponseWriter, r *http.Request) error {
 			return oaiwire.InvalidRequest("amount_usdc", "the smallest deposit is 0.01 USDC (one credit)")
 		}
 	}
+	open, err := s.store.ListDeposits(r.Context(), who(r).account, maxOpenDeposits+1)
+	if err != nil {
+		return err
+	}
+	pending := 0
+	for _, d := range open {
+		if d.State == store.DepositPending && s.now().Sub(d.Created) < depositSweepAge {
+			pending++
+		}
+	}
+	if pending >= maxOpenDeposits {
+		return oaiwire.InvalidRequest("", fmt.Sprintf("this account has %d deposits waiting for a transfer: pay one of them (GET /v1/deposits) before making another", pending))
+	}
 	ref := solana.NewWallet().PublicKey()
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -218,7 +231,10 @@ func (s *Server) creditTransfer(ctx context.Context, d store.Deposit, sig solana
 	stored, applied, err := s.store.CreditDeposit(ctx, store.DepositCredit{DepositID: d.ID, AccountID: d.AccountID,
 		Signature: sig.String(), USDC: int64(dep.USDC), Credits: dep.Credits, At: s.now()})
 	if errors.Is(err, store.ErrLimit) {
-		return 0, d, oaiwire.InvalidRequest("", fmt.Sprintf("this deposit took %d transfers already: make a new one", store.MaxDepositSignatures))
+		// The intent holds no more signatures, but the USDC arrived: it
+		// is credited all the same, under the same once-per-signature key.
+		applied, err = s.store.Grant(ctx, d.AccountID, dep.Credits, deposit.IdempotencyKey(sig), true)
+		stored = d
 	}
 	if err != nil {
 		return 0, d, err
@@ -229,6 +245,10 @@ func (s *Server) creditTransfer(ctx context.Context, d store.Deposit, sig solana
 	s.log.Info("deposit credited", "account", d.AccountID, "deposit", d.ID, "signature", sig.String(), "credits", dep.Credits)
 	return dep.Credits, stored, nil
 }
+
+// maxOpenDeposits bounds an account's intents waiting for a transfer: the
+// sweep looks for each on-chain.
+const maxOpenDeposits = 10
 
 // depositSweepAge is how long after its creation an intent is looked for
 // on-chain by the sweep.

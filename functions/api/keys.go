@@ -270,9 +270,14 @@ func keyLimitReached(k store.Secret, price int64, now time.Time) *oaiwire.Error 
 		period = map[string]string{store.ResetDaily: "per day", store.ResetWeekly: "per week", store.ResetMonthly: "per month"}[k.LimitReset]
 	}
 	return &oaiwire.Error{Status: http.StatusPaymentRequired, Type: oaiwire.TypeInsufficient, Code: "key_limit_exceeded",
-		Message: fmt.Sprintf("This API key's spend limit of %d credits %s is reached (%d spent; this request costs %d). Raise it with PATCH /v1/keys/%s, or use another key. The request was not charged.",
+		Message: fmt.Sprintf("This API key's spend limit of %d credits %s is reached (%d spent; this request costs %d). The account's owner can raise it (PATCH /v1/keys/%s with an unlimited key). The request was not charged.",
 			k.Limit, period, k.Spent(now), price, k.ID)}
 }
+
+// errLimitedKey answers a key with spend controls on a route that manages
+// keys or tokens.
+var errLimitedKey = &oaiwire.Error{Status: http.StatusForbidden, Type: oaiwire.TypeInvalidRequest, Code: "limited_key",
+	Message: "This API key has a spend limit or an expiry: it can make requests, not manage keys or worker tokens. Use a key without spend controls."}
 
 // errKeyExpired answers a request made with a key past its expiry.
 var errKeyExpired = &oaiwire.Error{Status: http.StatusUnauthorized, Type: oaiwire.TypeAuthentication, Code: "invalid_api_key",

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -127,10 +128,16 @@ func (s *Server) verifySignIn(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	secret, hash, id := credential.New(credential.APIKeyPrefix)
-	err = s.store.PutAPIKey(r.Context(), store.Secret{Hash: hash, ID: id, AccountID: wallet, CreatedAt: s.now(), Name: "sign-in"})
+	key := store.Secret{Hash: hash, ID: id, AccountID: wallet, CreatedAt: s.now(), Name: signInKeyName}
+	err = s.store.PutAPIKey(r.Context(), key)
+	if errors.Is(err, store.ErrLimit) && s.revokeOldestSignInKey(r.Context(), wallet) {
+		// The wallet proved itself: its oldest sign-in key makes room,
+		// so a user who lost its keys is never locked out.
+		err = s.store.PutAPIKey(r.Context(), key)
+	}
 	if errors.Is(err, store.ErrLimit) {
 		return &oaiwire.Error{Status: http.StatusConflict, Type: oaiwire.TypeInvalidRequest, Code: "key_limit",
-			Message: fmt.Sprintf("Signed in, but this account already has the maximum of %d active API keys; revoke one (DELETE /v1/keys/{id} with one of them) and sign in again.", store.MaxActiveKeys)}
+			Message: fmt.Sprintf("Signed in, but this account already has the maximum of %d active API keys, none of them made by a sign-in; revoke one (DELETE /v1/keys/{id} with one of them) and sign in again.", store.MaxActiveKeys)}
 	}
 	if err != nil {
 		return err
@@ -174,4 +181,27 @@ func (req *signInRequest) parts() (msg, sig, pub []byte, err error) {
 		return nil, nil, nil, errors.New("signature is not base58")
 	}
 	return []byte(req.Message), sig, pub, nil
+}
+
+// signInKeyName names the keys sign-ins issue.
+const signInKeyName = "sign-in"
+
+// revokeOldestSignInKey revokes the account's oldest active key a sign-in
+// issued; false when there is none.
+func (s *Server) revokeOldestSignInKey(ctx context.Context, account string) bool {
+	keys, err := s.store.ListAPIKeys(ctx, account)
+	if err != nil {
+		return false
+	}
+	for _, k := range keys { // oldest first
+		if k.Active() && k.Name == signInKeyName {
+			if err := s.store.RevokeAPIKey(ctx, account, k.ID, s.now()); err != nil {
+				return false
+			}
+			s.keys.evict(k.Hash)
+			s.log.Info("sign-in replaced the oldest sign-in key", "account", account, "revoked", k.ID)
+			return true
+		}
+	}
+	return false
 }

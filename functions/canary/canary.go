@@ -88,6 +88,10 @@ type Config struct {
 // from trusted workers.
 const minRefs = 8
 
+// knownAnswerTokens is a known-answer canary's max_tokens: enough for a
+// thinking model's reasoning before its answer.
+const knownAnswerTokens = 1024
+
 // maxTokenChoices are canaries' max_tokens: a short reply, like many
 // real ones, and the same for every reply compared with it.
 var maxTokenChoices = []int64{16, 24, 32}
@@ -108,12 +112,13 @@ type Runner struct {
 	ready   bool
 	granted string
 	// busy are the connections with a canary in flight; tested are
-	// those that had one on this connection.
-	busy, tested map[string]bool
+	// those that had one on this connection; suspects get one at the
+	// next pass.
+	busy, tested, suspects map[string]bool
 	// routine is when each model's last routine canary went.
 	routine map[string]time.Time
-	// refs are reference replies: a trusted worker's, or two accounts'
-	// agreed one, by model, prompt and max_tokens.
+	// refs are reference replies, a trusted worker's only, by model,
+	// prompt and max_tokens.
 	refs map[refKey]string
 
 	sem                                chan struct{}
@@ -150,9 +155,22 @@ func New(cfg Config) (*Runner, error) {
 	mac := hmac.New(sha256.New, []byte(cfg.Secret))
 	mac.Write([]byte("c0mpute canary account key v1"))
 	return &Runner{cfg: cfg, keyHash: credential.Hash("canary_" + hex.EncodeToString(mac.Sum(nil))),
-		busy: map[string]bool{}, tested: map[string]bool{}, routine: map[string]time.Time{},
+		busy: map[string]bool{}, tested: map[string]bool{}, suspects: map[string]bool{}, routine: map[string]time.Time{},
 		refs: map[refKey]string{}, sem: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
+
+// Suspect asks for a canary on a worker at the next pass: its reply
+// looked wrong in a way a request could have asked for.
+func (r *Runner) Suspect(conn string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.suspects) < maxSuspects {
+		r.suspects[conn] = true
+	}
+}
+
+// maxSuspects bounds the workers waiting for a suspicion's canary.
+const maxSuspects = 10_000
 
 // Counts returns what the runner did so far.
 func (r *Runner) Counts() Counts {
@@ -166,9 +184,11 @@ func (r *Runner) Run(ctx context.Context) {
 	defer t.Stop()
 	defer r.wg.Wait()
 	for {
-		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Log.Warn("canary pass", "err", err)
-		}
+		r.safely(func() {
+			if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Log.Warn("canary pass", "err", err)
+			}
+		})
 		select {
 		case <-ctx.Done():
 			return
@@ -209,12 +229,22 @@ func (r *Runner) Pass(ctx context.Context) error {
 	now := r.cfg.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Forget connections that are gone: the maps stay as large as the
+	// network.
+	for _, m := range []map[string]bool{r.tested, r.suspects} {
+		for conn := range m {
+			if _, ok := reps[conn]; !ok && !r.busy[conn] {
+				delete(m, conn)
+			}
+		}
+	}
 	for _, model := range sortedKeys(byModel) {
 		pool := byModel[model]
 		for _, w := range pool {
 			rep := reps[w.Conn]
 			fresh := !r.tested[w.Conn] && rep.CanariesPassed+rep.CanariesFailed == 0
-			if !r.busy[w.Conn] && (fresh || w.Quarantined()) {
+			if !r.busy[w.Conn] && (fresh || w.Quarantined() || r.suspects[w.Conn]) {
+				delete(r.suspects, w.Conn)
 				r.start(ctx, model, w, pool, reps)
 			}
 		}
@@ -239,6 +269,16 @@ func (r *Runner) Pass(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// safely runs f, logging a panic instead of dying of it.
+func (r *Runner) safely(f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.cfg.Log.Error("canary panicked", "panic", p)
+		}
+	}()
+	f()
 }
 
 // start runs one canary for target in the background; r.mu is held.
@@ -296,9 +336,10 @@ func (r *Runner) prepare(ctx context.Context) error {
 
 // answer is one worker's reply to a canary.
 type answer struct {
-	job     store.Job
-	text    string
-	earning int64
+	job       store.Job
+	text      string
+	reasoning string
+	earning   int64
 }
 
 // check runs one canary on target and judges it (and any referee's).
@@ -308,10 +349,12 @@ func (r *Runner) check(ctx context.Context, model string, target store.Worker, p
 		return
 	}
 	if m.KnownAnswers {
+		// Room for a thinking model to reason first (its reasoning
+		// counts against max_tokens); the answer may be in either.
 		i := rand.IntN(len(knownAnswer))
-		a, ok := r.ask(ctx, model, knownAnswer[i], maxTokenChoices[rand.IntN(len(maxTokenChoices))], target.Conn)
+		a, ok := r.ask(ctx, model, knownAnswer[i], knownAnswerTokens, target.Conn)
 		if ok {
-			r.judge(a, answered(a.text, knownAnswer[i].Answers), "canary_wrong_answer")
+			r.judge(a, knows(i, a), "canary_wrong_answer")
 		}
 		return
 	}
@@ -417,8 +460,8 @@ func (c comparison) round(avoid int) round {
 	var ra answer
 	var tok, rok bool
 	var wg sync.WaitGroup
-	wg.Go(func() { rd.answer, tok = r.ask(ctx, c.model, p, maxTokens, c.target.Conn) })
-	wg.Go(func() { ra, rok = r.ask(ctx, c.model, p, maxTokens, referee.Conn) })
+	wg.Go(func() { r.safely(func() { rd.answer, tok = r.ask(ctx, c.model, p, maxTokens, c.target.Conn) }) })
+	wg.Go(func() { r.safely(func() { ra, rok = r.ask(ctx, c.model, p, maxTokens, referee.Conn) }) })
 	wg.Wait()
 	refTrusted := c.reps[referee.Conn].Trusted
 	if rok && refTrusted {
@@ -430,13 +473,13 @@ func (c comparison) round(avoid int) round {
 	case refTrusted:
 		rd.verdict = verdictOf(similar(rd.answer.text, ra.text))
 	case similar(rd.answer.text, ra.text):
-		// Two accounts' workers agree: the referee passes, and the reply
-		// is a reference from now on.
-		r.setRef(key, ra.text)
+		// Two accounts' workers agree: both pass. Their reply is not
+		// kept as a reference (only a trusted worker's is): two accounts
+		// of one cheater would otherwise judge everyone after them.
 		r.judge(ra, true, "")
 		rd.verdict = match
 	default:
-		rd.verdict = c.tieBreak(p, maxTokens, key, rd.answer, ra, referee)
+		rd.verdict = c.tieBreak(p, maxTokens, rd.answer, ra, referee)
 	}
 	return rd
 }
@@ -454,7 +497,7 @@ func verdictOf(same bool) verdict {
 // the third disagrees with is not judged: its parting may be a near tie,
 // and its own canaries judge it. Without a third account, or a clear
 // majority, the round is undecided.
-func (c comparison) tieBreak(p Prompt, maxTokens int64, key refKey, ta, ra answer, referee store.Worker) verdict {
+func (c comparison) tieBreak(p Prompt, maxTokens int64, ta, ra answer, referee store.Worker) verdict {
 	r := c.r
 	i := slices.IndexFunc(c.referees[1:], func(w store.Worker) bool { return w.AccountID != referee.AccountID })
 	if i < 0 {
@@ -467,11 +510,9 @@ func (c comparison) tieBreak(p Prompt, maxTokens int64, key refKey, ta, ra answe
 	withT, withR := similar(qa.text, ta.text), similar(qa.text, ra.text)
 	switch {
 	case withT && !withR:
-		r.setRef(key, qa.text)
 		r.judge(qa, true, "")
 		return match
 	case withR && !withT:
-		r.setRef(key, qa.text)
 		r.judge(qa, true, "")
 		r.judge(ra, true, "")
 		return mismatch
@@ -529,7 +570,7 @@ func (r *Runner) ask(ctx context.Context, model string, p Prompt, maxTokens int6
 		r.cfg.Log.Warn("canary job not done on its worker", "worker", conn, "job", reply.JobID, "err", err)
 		return answer{}, false
 	}
-	return answer{job: job, text: reply.Text, earning: reply.Earning}, true
+	return answer{job: job, text: reply.Text, reasoning: reply.Reasoning, earning: reply.Earning}, true
 }
 
 // judge records a canary's verdict; a failure weighs CanaryStrikes.

@@ -71,3 +71,23 @@ func TestCorpus(t *testing.T) {
 		t.Errorf("%d open-ended prompts, want at least 32", len(openEnded))
 	}
 }
+
+func TestKnows(t *testing.T) {
+	paris := 0 // "What is the capital of France?"
+	for _, tc := range []struct {
+		name string
+		a    answer
+		want bool
+	}{
+		{"the answer", answer{text: "Paris."}, true},
+		{"wrong", answer{text: "Lyon."}, false},
+		{"stuffed with every answer", answer{text: "Paris Mars Au 56 seven cold Shakespeare Pacific"}, false},
+		{"a thinking model out of tokens", answer{reasoning: "The user asks for the capital of France, which is Paris."}, true},
+		{"reasoning stuffed", answer{reasoning: "Paris or Mars or gold Au or 56 or seven or cold"}, false},
+		{"reasoning with the wrong answer", answer{reasoning: "France's capital is Lyon"}, false},
+	} {
+		if got := knows(paris, tc.a); got != tc.want {
+			t.Errorf("%s: knows = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -75,3 +75,26 @@ func answered(reply string, answers []string) bool {
 	}
 	return false
 }
+
+// knows judges a known-answer canary's reply: the answer in the content,
+// or, when a thinking model spent its tokens reasoning, in the reasoning;
+// and not among the answers to other questions (a reply stuffed with every
+// answer knows none).
+func knows(question int, a answer) bool {
+	want := knownAnswer[question].Answers
+	if a.text != "" {
+		return answered(a.text, want) && others(question, a.text) < 2
+	}
+	return answered(a.reasoning, want) && others(question, a.reasoning) < 4
+}
+
+// others counts the other questions whose answer the text gives.
+func others(question int, text string) int {
+	n := 0
+	for i, p := range knownAnswer {
+		if i != question && answered(text, p.Answers) {
+			n++
+		}
+	}
+	return n
+}

@@ -27,6 +27,10 @@ func Handler(origins []string, next http.Handler) http.Handler {
 	}
 	all := slices.Contains(origins, "*")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !all {
+			// The answer depends on the origin: caches must key on it.
+			w.Header().Add("Vary", "Origin")
+		}
 		origin := r.Header.Get("Origin")
 		if origin == "" || !all && !slices.Contains(origins, origin) {
 			next.ServeHTTP(w, r)
@@ -37,7 +41,6 @@ func Handler(origins []string, next http.Handler) http.Handler {
 			h.Set("Access-Control-Allow-Origin", "*")
 		} else {
 			h.Set("Access-Control-Allow-Origin", origin)
-			h.Add("Vary", "Origin")
 		}
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")

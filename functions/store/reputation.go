@@ -33,6 +33,9 @@ const (
 	BanStrikes = 9
 	// CanaryCredit is the strikes one passed canary takes back.
 	CanaryCredit = 2
+	// BanCanaryFailures bans an identity that failed this many canaries
+	// while failing more than one in four of them, whatever its strikes.
+	BanCanaryFailures = 4
 	// TokenQuarantineStrikes quarantines a worker token, and with it
 	// every identity that connects on it, new ones included: the strikes
 	// of all the token's identities together. Minting a fresh identity
@@ -155,6 +158,12 @@ func (r Reputation) Judged(v Verdict) Reputation {
 		r.EarnedCredits += max(v.Earning, 0)
 	}
 	r.Standing = StandingAfter(r.Standing, r.Strikes, QuarantineStrikes)
+	if r.CanariesFailed >= BanCanaryFailures && 3*r.CanariesFailed > r.CanariesPassed {
+		// Passed canaries lift a quarantine, so a cheater could fail,
+		// pass its way out and cheat again for ever without reaching
+		// BanStrikes: failing canaries again and again is a ban.
+		r.Standing = StandingBanned
+	}
 	return r
 }
 

@@ -70,3 +70,37 @@ func TestRegisteredCaps(t *testing.T) {
 		t.Errorf("RegisteredCaps of no registered model = %v, want nil", got)
 	}
 }
+
+// A cheater that fails a canary, passes its way out of quarantine and
+// fails again is banned at its fourth failure; an honest worker's rare
+// failure among many passes is not.
+func TestRevolvingDoorIsBanned(t *testing.T) {
+	var r store.Reputation
+	fail := store.Verdict{Kind: store.VerdictCanaryFailed, Strikes: store.CanaryStrikes}
+	pass := store.Verdict{Kind: store.VerdictCanaryPassed}
+	for cycle := 1; cycle <= store.BanCanaryFailures; cycle++ {
+		r = r.Judged(fail)
+		if cycle < store.BanCanaryFailures {
+			if r.Standing != store.StandingQuarantined {
+				t.Fatalf("cycle %d: %s after a failed canary, want quarantined", cycle, r.Standing)
+			}
+			r = r.Judged(pass).Judged(pass)
+			if r.Standing != store.StandingActive {
+				t.Fatalf("cycle %d: %s after two passes, want active", cycle, r.Standing)
+			}
+		}
+	}
+	if r.Standing != store.StandingBanned {
+		t.Errorf("after %d failures in quarantine cycles: %s, want banned", store.BanCanaryFailures, r.Standing)
+	}
+	var honest store.Reputation
+	for i := range 200 {
+		if i%50 == 0 {
+			honest = honest.Judged(fail)
+		}
+		honest = honest.Judged(pass)
+	}
+	if honest.Standing != store.StandingActive || honest.CanariesFailed != 4 {
+		t.Errorf("an honest worker with 4 failures in 200 canaries: %s", honest.Standing)
+	}
+}

@@ -288,6 +288,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		if s.Canaries, err = canary.New(c); err != nil {
 			return nil, err
 		}
+		a.OnSuspect(s.Canaries.Suspect)
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopCanaries = cancel
 		go s.Canaries.Run(ctx)
@@ -327,11 +328,18 @@ func (s *Stack) sweepDeposits(ctx context.Context, log *slog.Logger) {
 			return
 		case <-t.C:
 		}
-		if n, err := s.SweepDeposits(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("deposit sweep", "err", err)
-		} else if n > 0 {
-			log.Info("deposit sweep credited transfers", "transfers", n)
-		}
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					log.Error("deposit sweep panicked", "panic", p)
+				}
+			}()
+			if n, err := s.SweepDeposits(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("deposit sweep", "err", err)
+			} else if n > 0 {
+				log.Info("deposit sweep credited transfers", "transfers", n)
+			}
+		}()
 	}
 }
 

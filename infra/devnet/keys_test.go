@@ -85,6 +85,13 @@ func TestKeySpendControls(t *testing.T) {
 	if got := e.balance().Credits; got != 1000-20 {
 		t.Errorf("balance %d after two requests and a refused one; want %d", got, 1000-20)
 	}
+	// A key with spend controls spends; it does not manage keys.
+	if code := e.sendJSON(http.MethodPost, "/keys", k.Secret, map[string]any{"name": "escape"}, nil); code != http.StatusForbidden {
+		t.Errorf("a limited key minting a key: %d, want 403", code)
+	}
+	if code := e.sendJSON(http.MethodPatch, "/keys/"+k.ID, k.Secret, map[string]any{"limit": 0}, nil); code != http.StatusForbidden {
+		t.Errorf("a limited key lifting its own limit: %d, want 403", code)
+	}
 	var self keyAnswer
 	if code := e.sendJSON(http.MethodGet, "/key", k.Secret, nil, &self); code != http.StatusOK || val(self.LimitRemaining) != 5 || val(self.Usage) != 20 || self.ID != k.ID {
 		t.Errorf("GET /v1/key: %d %+v", code, self)

@@ -143,6 +143,27 @@ func TestSignInWithSolana(t *testing.T) {
 	if keys, err := e.store.ListAPIKeys(t.Context(), alice.addr); err != nil || len(keys) != 2 {
 		t.Errorf("alice's keys: %d, %v; want one per sign-in", len(keys), err)
 	}
+	// Past 5 active keys, a sign-in replaces the oldest sign-in key: a
+	// wallet that lost its keys is never locked out.
+	for range 5 {
+		var ch siws.Input
+		e.postJSON("/auth/siws/challenge", map[string]any{}, &ch)
+		m, s := alice.sign(ch)
+		var ok signInAnswer
+		if code := e.postJSON("/auth/siws/verify", alice.standardForm(ch, m, s), &ok); code != http.StatusOK {
+			t.Fatalf("sign-in past the key limit: %d %+v", code, ok.Error)
+		}
+	}
+	active := 0
+	keys, _ := e.store.ListAPIKeys(t.Context(), alice.addr)
+	for _, k := range keys {
+		if k.Active() {
+			active++
+		}
+	}
+	if active != store.MaxActiveKeys || len(keys) != 7 || keys[0].Active() {
+		t.Errorf("after 7 sign-ins: %d keys, %d active; want the oldest revoked and %d active", len(keys), active, store.MaxActiveKeys)
+	}
 	// Refusals made nothing: no account for bob.
 	if _, err := e.store.GetAccount(t.Context(), bob.addr); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("bob's account after refused sign-ins: %v; want none", err)

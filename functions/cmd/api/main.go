@@ -98,6 +98,7 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.OnSuspect(runner.Suspect)
 	go runner.Run(context.Background())
 	if deposits != nil {
 		// Each instance sweeps for unreported deposits while it runs; a
@@ -141,13 +142,23 @@ const sweepEvery = time.Minute
 
 func sweepDeposits(a *api.Server, log *slog.Logger) {
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), sweepEvery)
-		if n, err := a.SweepDeposits(ctx); err != nil {
-			log.Warn("deposit sweep", "err", err)
-		} else if n > 0 {
-			log.Info("deposit sweep credited transfers", "transfers", n)
-		}
-		cancel()
+		sweepOnce(a, log)
 		time.Sleep(sweepEvery)
+	}
+}
+
+// sweepOnce is one sweep; a panic is logged, and the next sweep runs.
+func sweepOnce(a *api.Server, log *slog.Logger) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("deposit sweep panicked", "panic", p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), sweepEvery)
+	defer cancel()
+	if n, err := a.SweepDeposits(ctx); err != nil {
+		log.Warn("deposit sweep", "err", err)
+	} else if n > 0 {
+		log.Info("deposit sweep credited transfers", "transfers", n)
 	}
 }
