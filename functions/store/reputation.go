@@ -44,7 +44,8 @@ const (
 )
 
 // Strike weights of the checks (see functions/api's checks and
-// functions/canary).
+// functions/canary). A reply that merely looks wrong (one a request could
+// ask for) weighs nothing: its worker gets a canary instead.
 const (
 	// CanaryStrikes is a failed canary: a wrong answer to a question with
 	// a known answer, or a greedy reply unlike the reference's.
@@ -53,11 +54,6 @@ const (
 	// receipt contradicts, usage claims that no reply of that size has,
 	// a speed no hardware reaches.
 	ProofStrikes = 3
-	// CoherenceStrikes is a reply that is not text: empty with reason
-	// stop, replacement characters, one character dominating, a handful
-	// of words repeated. An honest backend rarely writes one, and a
-	// request can ask for one, so it weighs least.
-	CoherenceStrikes = 1
 )
 
 // VerdictKind is what a verdict found.
