@@ -132,15 +132,21 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// createKey serves POST /v1/keys: a new key with an optional name, spend
-// limit and expiry, shown once.
-func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
+// keyPatch reads a key request's body as a patch, at now.
+func (s *Server) keyPatch(r *http.Request) (store.KeyPatch, time.Time, error) {
 	var req keyRequest
 	if err := decodeBody(r, &req); err != nil {
-		return err
+		return store.KeyPatch{}, time.Time{}, err
 	}
 	now := s.now()
 	p, err := req.patch(now)
+	return p, now, err
+}
+
+// createKey serves POST /v1/keys: a new key with an optional name, spend
+// limit and expiry, shown once.
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
+	p, now, err := s.keyPatch(r)
 	if err != nil {
 		return err
 	}
@@ -157,12 +163,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 
 // updateKey serves PATCH /v1/keys/{id}.
 func (s *Server) updateKey(w http.ResponseWriter, r *http.Request) error {
-	var req keyRequest
-	if err := decodeBody(r, &req); err != nil {
-		return err
-	}
-	now := s.now()
-	p, err := req.patch(now)
+	p, now, err := s.keyPatch(r)
 	if err != nil {
 		return err
 	}
