@@ -108,7 +108,7 @@ func TestDeadlineHostileStreamsPast(t *testing.T) {
 // worker and the user gets a normal reply, charged once; the silent worker
 // is cut off.
 func TestSilentWorker(t *testing.T) {
-	e := newEnv(t, options{limits: func(l *api.Limits) { l.FirstToken = 1500 * time.Millisecond; l.QueueWait = 5 * time.Second }})
+	e := newEnv(t, options{limits: func(l *api.Limits) { l.FirstToken = 3 * time.Second; l.QueueWait = 8 * time.Second }})
 	user, mallory, honestAcct := e.newAccount("user", 1000), e.newAccount("mallory", 0), e.newAccount("honest", 0)
 	h := e.hostileWorker(mallory)
 	c := e.start(user.apiKey, chatBody("anyone there?", true))
@@ -137,7 +137,7 @@ func TestSilentWorker(t *testing.T) {
 // Neither may reach the client or end the job: the user gets the honest
 // reply, charged once, and the stale worker earns nothing.
 func TestStaleTicketAfterRequeue(t *testing.T) {
-	e := newEnv(t, options{limits: func(l *api.Limits) { l.FirstToken = 1500 * time.Millisecond; l.QueueWait = 5 * time.Second }})
+	e := newEnv(t, options{limits: func(l *api.Limits) { l.FirstToken = 3 * time.Second; l.QueueWait = 8 * time.Second }})
 	user, mallory, honestAcct := e.newAccount("user", 1000), e.newAccount("mallory", 0), e.newAccount("honest", 0)
 	h := e.hostileWorker(mallory)
 	c := e.start(user.apiKey, chatBody("who answers?", true))
