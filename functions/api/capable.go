@@ -25,10 +25,18 @@ func needsOf(req *oaiwire.ChatRequest) store.Needs {
 	}
 	var text int64
 	for _, m := range req.Messages {
-		if len(m.Content.Images()) > 0 {
-			n.Vision = true
+		if m.Content.IsParts {
+			for _, p := range m.Content.Parts {
+				switch {
+				case p.Type == "image_url":
+					n.Vision = true
+				case p.Type == "text":
+					text += int64(len(p.Text))
+				}
+			}
+		} else {
+			text += int64(len(m.Content.Text))
 		}
-		text += int64(len(m.Content.String()))
 	}
 	n.Context = text / bytesPerTokenFloor
 	return n
@@ -41,24 +49,36 @@ const rosterTTL = 2 * time.Second
 
 // roster is a cached list of the online workers.
 type roster struct {
-	mu      sync.Mutex
-	workers []store.Worker
-	read    time.Time
+	mu         sync.Mutex
+	workers    []store.Worker
+	read       time.Time
+	refreshing bool
 }
 
-// liveWorkers returns the online workers as read at most rosterTTL ago; the
-// list is shared: callers do not change it.
+// liveWorkers returns the online workers as read at most rosterTTL ago (or
+// a little more: while one caller reads the store again, the others take
+// the list it replaces, so no request waits on another's read); the list
+// is shared: callers do not change it.
 func (s *Server) liveWorkers(ctx context.Context) ([]store.Worker, error) {
-	s.roster.mu.Lock()
-	defer s.roster.mu.Unlock()
-	if now := s.now(); now.Sub(s.roster.read) > rosterTTL {
-		ws, err := s.store.Workers(ctx)
-		if err != nil {
-			return nil, err
-		}
-		s.roster.workers, s.roster.read = ws, now
+	r := &s.roster
+	r.mu.Lock()
+	now := s.now()
+	if now.Sub(r.read) <= rosterTTL || (r.refreshing && !r.read.IsZero()) {
+		ws := r.workers
+		r.mu.Unlock()
+		return ws, nil
 	}
-	return s.roster.workers, nil
+	r.refreshing = true
+	r.mu.Unlock()
+	ws, err := s.store.Workers(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refreshing = false
+	if err != nil {
+		return nil, err
+	}
+	r.workers, r.read = ws, now
+	return ws, nil
 }
 
 // unservable says why no online worker can serve a request for model with

@@ -115,6 +115,10 @@ type Runner struct {
 	// those that had one on this connection; suspects get one at the
 	// next pass.
 	busy, tested, suspects map[string]bool
+	// reps caches what a pass reads of each connection's reputation (its
+	// trust and canary counts, which only verdicts change), for repTTL or
+	// until this runner judges it.
+	reps map[string]cachedRep
 	// routine is when each model's last routine canary went.
 	routine map[string]time.Time
 	// refs are reference replies, a trusted worker's only, by model,
@@ -155,8 +159,9 @@ func New(cfg Config) (*Runner, error) {
 	mac := hmac.New(sha256.New, []byte(cfg.Secret))
 	mac.Write([]byte("c0mpute canary account key v1"))
 	return &Runner{cfg: cfg, keyHash: credential.Hash("canary_" + hex.EncodeToString(mac.Sum(nil))),
-		busy: map[string]bool{}, tested: map[string]bool{}, suspects: map[string]bool{}, routine: map[string]time.Time{},
-		refs: map[refKey]string{}, sem: make(chan struct{}, cfg.MaxInFlight)}, nil
+		busy: map[string]bool{}, tested: map[string]bool{}, suspects: map[string]bool{}, reps: map[string]cachedRep{},
+		routine: map[string]time.Time{},
+		refs:    map[refKey]string{}, sem: make(chan struct{}, cfg.MaxInFlight)}, nil
 }
 
 // Suspect asks for a canary on a worker at the next pass: its reply
@@ -217,9 +222,9 @@ func (r *Runner) Pass(ctx context.Context) error {
 		if !w.Registered || w.Draining {
 			continue
 		}
-		rep, err := r.cfg.Store.GetReputation(ctx, w.AccountID, w.Pubkey)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("canary: reputation of %s: %w", w.Conn, err)
+		rep, err := r.reputation(ctx, w)
+		if err != nil {
+			return err
 		}
 		reps[w.Conn] = rep
 		for _, m := range w.Models {
@@ -236,6 +241,11 @@ func (r *Runner) Pass(ctx context.Context) error {
 			if _, ok := reps[conn]; !ok && !r.busy[conn] {
 				delete(m, conn)
 			}
+		}
+	}
+	for conn := range r.reps {
+		if _, ok := reps[conn]; !ok {
+			delete(r.reps, conn)
 		}
 	}
 	for _, model := range sortedKeys(byModel) {
@@ -279,6 +289,39 @@ func (r *Runner) safely(f func()) {
 		}
 	}()
 	f()
+}
+
+// repTTL is how long a pass reuses a reputation it read: other
+// instances' verdicts, and the operator's trust, are seen within it.
+const repTTL = time.Minute
+
+type cachedRep struct {
+	rep  store.Reputation
+	read time.Time
+}
+
+// reputation is w's reputation as a pass needs it: once it has a canary
+// verdict, read once per repTTL, not every tick.
+func (r *Runner) reputation(ctx context.Context, w store.Worker) (store.Reputation, error) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	c, ok := r.reps[w.Conn]
+	r.mu.Unlock()
+	if ok && now.Sub(c.read) < repTTL {
+		return c.rep, nil
+	}
+	rep, err := r.cfg.Store.GetReputation(ctx, w.AccountID, w.Pubkey)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return rep, fmt.Errorf("canary: reputation of %s: %w", w.Conn, err)
+	}
+	if rep.CanariesPassed+rep.CanariesFailed > 0 {
+		// A worker without a verdict yet is read every pass: its first
+		// canary, and its trust, are due at once.
+		r.mu.Lock()
+		r.reps[w.Conn] = cachedRep{rep: rep, read: now}
+		r.mu.Unlock()
+	}
+	return rep, nil
 }
 
 // start runs one canary for target in the background; r.mu is held.
@@ -589,6 +632,9 @@ func (r *Runner) judgeWith(a answer, pass bool, reason string, strikes int64) {
 		v.Kind, v.Strikes, v.Reason, v.Earning = store.VerdictCanaryFailed, strikes, reason, 0
 	}
 	r.cfg.Gateway.Judge(v)
+	r.mu.Lock()
+	delete(r.reps, a.job.Worker) // its counts changed
+	r.mu.Unlock()
 }
 
 // refsOf lists the reference replies held for model.
