@@ -11,10 +11,12 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store"
 )
 
-// bytesPerTokenFloor is the fewest bytes of prompt text a token holds in
-// any tokenizer a contributor's model uses (English runs at about 4): a
-// prompt of n bytes needs at least n / bytesPerTokenFloor tokens of
-// context, so no request that fits is refused.
+// bytesPerTokenFloor is how many bytes of prompt text one token is taken
+// to hold, at most: English runs at about 4 in the tokenizers contributors'
+// models use, so a prompt of n bytes is taken to need n / 8 tokens of
+// context. A prompt of long runs of one character (indentation, rules of
+// '=') can pack more into a token; such a prompt near a worker's context
+// is refused when it might have fitted.
 const bytesPerTokenFloor = 8
 
 // needsOf is what a request asks of the worker that serves it.

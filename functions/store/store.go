@@ -267,8 +267,9 @@ type Needs struct {
 	Vision         bool `json:"vision,omitempty"`
 	Tools          bool `json:"tools,omitempty"`
 	ResponseFormat bool `json:"response_format,omitempty"`
-	// Context is the fewest context tokens the request needs (its prompt
-	// estimated from its bytes, plus max_tokens); 0 means no need known.
+	// Context is the fewest context tokens the request's prompt needs,
+	// estimated from its bytes (functions/api's needsOf); 0 means no need
+	// known.
 	Context int64 `json:"context,omitempty"`
 }
 
