@@ -39,10 +39,12 @@ type gatedBackend struct {
 func (g *gatedBackend) Name() string                             { return "gated" }
 func (g *gatedBackend) Models(context.Context) ([]string, error) { return []string{"gated-model"}, nil }
 func (g *gatedBackend) Chat(ctx context.Context, _ string, _ *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (backend.Result, error) {
+	// started closes before the first emit: emit may hand the token on
+	// before it returns, so closing after it would race the reader.
+	close(g.started)
 	if err := emit(oaiwire.Delta{Content: "Hello"}); err != nil {
 		return backend.Result{}, err
 	}
-	close(g.started)
 	select {
 	case <-g.release:
 	case <-ctx.Done():
@@ -155,7 +157,7 @@ func TestStreamingThroughLambdaURLWrap(t *testing.T) {
 	select {
 	case <-be.started:
 	default:
-		t.Fatal("first token read before the backend produced it")
+		t.Fatal("first token read before the backend began its reply")
 	}
 	if strings.Contains(seen.String(), "world") || strings.Contains(seen.String(), "[DONE]") {
 		t.Fatalf("read the end of the reply before the backend released it: %q", seen.String())
