@@ -150,6 +150,7 @@ type Server struct {
 	roster   roster
 	signIn   *siws.Issuer
 	deposits *Deposits
+	topUps   *TopUps
 	// suspects is called with a worker whose reply looked wrong.
 	suspects atomic.Pointer[func(conn string)]
 }
@@ -170,6 +171,9 @@ type Config struct {
 	// Deposits takes USDC deposits (Solana Pay transfer requests); nil
 	// turns the deposit routes off.
 	Deposits *Deposits
+	// TopUps takes x402 top-ups into the same treasury; it needs
+	// Deposits. Nil turns the route off.
+	TopUps *TopUps
 	// CORSOrigins are the browser origins allowed to call the API
 	// (cors.ParseOrigins); none turns CORS off.
 	CORSOrigins []string
@@ -196,9 +200,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.Limits.AccountRatePerMinute = cfg.Limits.RatePerMinute
 	}
 	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
-		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits}
+		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits, topUps: cfg.TopUps}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.topUps != nil && (s.deposits == nil || s.topUps.Chain == nil || len(s.topUps.FeePayer) != 64 || s.topUps.Network == "") {
+		return nil, errors.New("api: TopUps needs Deposits, a Chain, a FeePayer key and a Network")
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/chat/completions", s.authedCached(s.chat))
@@ -209,6 +216,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("POST /v1/deposits", s.authed(s.createDeposit))
 	mux.Handle("GET /v1/deposits", s.authed(s.listDeposits))
 	mux.Handle("POST /v1/deposits/{id}/verify", s.authed(s.verifyDeposit))
+	mux.Handle("POST /v1/x402/top-up", handler(s.topUp))
 	mux.Handle("GET /v1/stats", handler(s.stats))
 	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
 	mux.Handle("GET /v1/workers", s.authed(s.workers))

@@ -39,6 +39,9 @@ type Deposits struct {
 // (onchain/deposit's Verifier).
 type DepositVerifier interface {
 	VerifyReference(ctx context.Context, sig solana.Signature, reference solana.PublicKey) (deposit.Deposit, error)
+	// VerifyTransfer reads a transfer the gateway sent itself (an x402
+	// top-up), with no reference.
+	VerifyTransfer(ctx context.Context, sig solana.Signature) (deposit.Deposit, error)
 }
 
 // SignatureLister lists the transactions that name an address, newest
@@ -50,15 +53,19 @@ type SignatureLister interface {
 // depositJSON is a deposit intent as its owner sees it: where to pay, how
 // (a Solana Pay transfer request) and what it brought.
 type depositJSON struct {
-	Object    string `json:"object"`
-	ID        string `json:"id"`
+	Object string `json:"object"`
+	ID     string `json:"id"`
+	// Kind is solana_pay (a transfer request) or x402 (a top-up).
+	Kind      string `json:"kind"`
 	Recipient string `json:"recipient"`
 	Mint      string `json:"mint"`
-	Reference string `json:"reference"`
-	Memo      string `json:"memo"`
+	Reference string `json:"reference,omitempty"`
+	Memo      string `json:"memo,omitempty"`
+	// Transaction is an x402 top-up's transaction.
+	Transaction string `json:"transaction,omitempty"`
 	// AmountUSDC is the amount asked for, in USDC ("12.5"), if any.
 	AmountUSDC   string   `json:"amount_usdc,omitempty"`
-	SolanaPayURL string   `json:"solana_pay_url"`
+	SolanaPayURL string   `json:"solana_pay_url,omitempty"`
 	State        string   `json:"state"`
 	CreditedUSDC string   `json:"credited_usdc"`
 	Credits      int64    `json:"credits"`
@@ -92,13 +99,17 @@ func parseUSDC(raw json.RawMessage) (int64, error) {
 }
 
 func (s *Server) depositJSON(d store.Deposit) depositJSON {
-	out := depositJSON{Object: "deposit", ID: d.ID, Recipient: s.deposits.Treasury.String(), Mint: s.deposits.Mint.String(),
+	out := depositJSON{Object: "deposit", ID: d.ID, Kind: "solana_pay", Recipient: s.deposits.Treasury.String(), Mint: s.deposits.Mint.String(),
 		Reference: d.Reference, Memo: d.ID, State: string(d.State), CreditedUSDC: usdcDecimal(d.CreditedUSDC),
 		Credits: d.Credits, Signatures: append([]string{}, d.Signatures...), Created: d.Created.Unix()}
 	q := url.Values{}
 	if d.AmountUSDC > 0 {
 		out.AmountUSDC = usdcDecimal(d.AmountUSDC)
 		q.Set("amount", out.AmountUSDC)
+	}
+	if d.Kind == store.DepositX402 {
+		out.Kind, out.Transaction, out.Reference, out.Memo = "x402", d.Reference, "", ""
+		return out
 	}
 	q.Set("spl-token", out.Mint)
 	q.Set("reference", d.Reference)
@@ -140,7 +151,7 @@ func (s *Server) createDeposit(w http.ResponseWriter, r *http.Request) error {
 	}
 	pending := 0
 	for _, d := range open {
-		if d.State == store.DepositPending && s.now().Sub(d.Created) < depositSweepAge {
+		if d.Kind == store.DepositSolanaPay && d.State == store.DepositPending && s.now().Sub(d.Created) < depositSweepAge {
 			pending++
 		}
 	}
@@ -200,7 +211,19 @@ func (s *Server) verifyDeposit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	credited, d, err := s.creditTransfer(r.Context(), d, sig)
+	var credited int64
+	if d.Kind == store.DepositX402 {
+		if req.Signature != d.Reference {
+			return oaiwire.InvalidRequest("signature", "this deposit is an x402 top-up, paid by transaction "+d.Reference+" only")
+		}
+		credited, d, err = s.creditTopUp(r.Context(), d, sig)
+		if errors.Is(err, deposit.ErrNotFinalized) || errors.Is(err, deposit.ErrNotFound) {
+			return &oaiwire.Error{Status: http.StatusConflict, Type: oaiwire.TypeInvalidRequest, Code: "not_finalized",
+				Message: "The top-up's transaction is not finalized yet: retry shortly. Nothing was credited."}
+		}
+	} else {
+		credited, d, err = s.creditTransfer(r.Context(), d, sig)
+	}
 	if err != nil {
 		return err
 	}
@@ -270,6 +293,16 @@ func (s *Server) SweepDeposits(ctx context.Context) (int, error) {
 	credited := 0
 	limit := store.MaxDepositSignatures
 	for _, d := range ds {
+		if d.Kind == store.DepositX402 {
+			// A top-up names its one transaction: credit it if it
+			// landed (a pending one is one whose answer was lost).
+			if sig, err := solana.SignatureFromBase58(d.Reference); err == nil && d.State == store.DepositPending {
+				if n, _, err := s.creditTopUp(ctx, d, sig); err == nil && n > 0 {
+					credited++
+				}
+			}
+			continue
+		}
 		ref, err := solana.PublicKeyFromBase58(d.Reference)
 		if err != nil {
 			continue

@@ -130,7 +130,7 @@ func (s *Server) verifySignIn(w http.ResponseWriter, r *http.Request) error {
 	secret, hash, id := credential.New(credential.APIKeyPrefix)
 	key := store.Secret{Hash: hash, ID: id, AccountID: wallet, CreatedAt: s.now(), Name: signInKeyName}
 	err = s.store.PutAPIKey(r.Context(), key)
-	if errors.Is(err, store.ErrLimit) && s.revokeOldestSignInKey(r.Context(), wallet) {
+	if errors.Is(err, store.ErrLimit) && s.revokeOldestKeyNamed(r.Context(), wallet, signInKeyName) {
 		// The wallet proved itself: its oldest sign-in key makes room,
 		// so a user who lost its keys is never locked out.
 		err = s.store.PutAPIKey(r.Context(), key)
@@ -186,20 +186,21 @@ func (req *signInRequest) parts() (msg, sig, pub []byte, err error) {
 // signInKeyName names the keys sign-ins issue.
 const signInKeyName = "sign-in"
 
-// revokeOldestSignInKey revokes the account's oldest active key a sign-in
-// issued; false when there is none.
-func (s *Server) revokeOldestSignInKey(ctx context.Context, account string) bool {
+// revokeOldestKeyNamed revokes the account's oldest active key of that
+// name (the name sign-ins or top-ups give the keys they issue); false when
+// there is none.
+func (s *Server) revokeOldestKeyNamed(ctx context.Context, account, name string) bool {
 	keys, err := s.store.ListAPIKeys(ctx, account)
 	if err != nil {
 		return false
 	}
 	for _, k := range keys { // oldest first
-		if k.Active() && k.Name == signInKeyName {
+		if k.Active() && k.Name == name {
 			if err := s.store.RevokeAPIKey(ctx, account, k.ID, s.now()); err != nil {
 				return false
 			}
 			s.keys.evict(k.Hash)
-			s.log.Info("sign-in replaced the oldest sign-in key", "account", account, "revoked", k.ID)
+			s.log.Info("a new key replaced the oldest of its kind", "account", account, "name", name, "revoked", k.ID)
 			return true
 		}
 	}

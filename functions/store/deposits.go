@@ -20,14 +20,31 @@ const (
 	DepositCredited DepositState = "credited"
 )
 
+// DepositKind is how a deposit intent is paid.
+type DepositKind string
+
+// Deposit kinds.
+const (
+	// DepositSolanaPay: a Solana Pay transfer request, paid by any
+	// wallet; its Reference is a fresh public key the transfer carries.
+	DepositSolanaPay DepositKind = ""
+	// DepositX402: an x402 top-up, a transfer the gateway co-signed and
+	// sent itself; its Reference is that transaction's signature, known
+	// before it is sent.
+	DepositX402 DepositKind = "x402"
+)
+
 // Deposit is a deposit intent: a Solana Pay transfer request with a fresh
-// reference key bound to one account. Only a transfer that carries the
-// reference is credited, and only to that account, whoever reports it.
+// reference key bound to one account, or an x402 top-up bound to the
+// transaction that pays it. Only the transfer the reference names is
+// credited, and only to that account, whoever reports it.
 type Deposit struct {
-	ID        string `json:"id"`
-	AccountID string `json:"account_id"`
-	// Reference is the base58 public key the transfer must carry
-	// (Solana Pay's reference): how the sweep finds it on-chain.
+	ID        string      `json:"id"`
+	AccountID string      `json:"account_id"`
+	Kind      DepositKind `json:"kind,omitempty"`
+	// Reference is what the transfer must carry: for Solana Pay the base58
+	// public key among its keys (how the sweep finds it on-chain), for
+	// x402 its signature. References are unique across intents.
 	Reference string `json:"reference"`
 	// AmountUSDC is the amount asked for, in USDC base units (1e-6), or 0
 	// when the user chooses.

@@ -70,6 +70,9 @@ type Config struct {
 	// Deposits, when set, takes USDC deposits on its chain; the stack
 	// sweeps for unreported ones every DepositSweepEvery.
 	Deposits *api.Deposits
+	// TopUps, when set (with Deposits), takes x402 top-ups into the same
+	// treasury.
+	TopUps *api.TopUps
 	// Canaries, when set, runs the canary runner in the API process
 	// (functions/canary) with these settings; Store, Gateway, Catalog,
 	// Secret and Log are the stack's.
@@ -269,7 +272,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: s.Conns, Relay: s.listener,
-		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Deposits: cfg.Deposits, Limits: cfg.Limits, Log: log.With("component", "api")})
+		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Deposits: cfg.Deposits, TopUps: cfg.TopUps, Limits: cfg.Limits, Log: log.With("component", "api")})
 	if err != nil {
 		apiLn.Close()
 		return nil, err

@@ -79,6 +79,8 @@ type envOptions struct {
 	cors []string
 	// deposits takes USDC deposits on a chain.
 	deposits *api.Deposits
+	// topUps takes x402 top-ups (with deposits).
+	topUps *api.TopUps
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -97,7 +99,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0",
 		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: testLog(t),
-		CORSOrigins: o.cors, Deposits: o.deposits})
+		CORSOrigins: o.cors, Deposits: o.deposits, TopUps: o.topUps})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,6 +100,25 @@ func (v *Verifier) VerifyReference(ctx context.Context, sig solana.Signature, re
 	return d, nil
 }
 
+// VerifyTransfer reads the transaction sig and extracts the USDC it brought
+// the treasury, whatever its memo and references: for a transaction the
+// gateway itself co-signed and sent (an x402 top-up), whose account is
+// known from its payer, never for one a user reports.
+func (v *Verifier) VerifyTransfer(ctx context.Context, sig solana.Signature) (Deposit, error) {
+	res, err := v.finalized(ctx, sig)
+	if err != nil {
+		return Deposit{}, err
+	}
+	d, _, _, err := extract(v.Config, res)
+	if err != nil {
+		return Deposit{}, err
+	}
+	if d.Signature != sig {
+		return Deposit{}, fmt.Errorf("deposit: the node returned transaction %s for %s", d.Signature, sig)
+	}
+	return d, nil
+}
+
 // finalized reads a finalized transaction, telling one that failed or is
 // not finalized yet from one that does not exist.
 func (v *Verifier) finalized(ctx context.Context, sig solana.Signature) (*rpc.GetTransactionResult, error) {

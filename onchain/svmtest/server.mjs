@@ -11,6 +11,15 @@
 // Usage: node server.mjs  — listens on 127.0.0.1 at a free port and prints
 // one line, {"url": "http://127.0.0.1:PORT"}, on stdout. It exits when
 // stdin closes, so a test that dies never leaves it running.
+//
+// As a development chain (scripts/dev with C0MPUTE_CHAIN=local):
+//   node server.mjs --dev DIR [--port 8899]
+// also makes a test USDC mint (6 decimals, classic SPL Token), a treasury
+// with its USDC account, a fee payer for x402 top-ups, and a dev wallet
+// holding 100 SOL and 1,000 test USDC; their keypairs live in DIR as
+// solana-keygen JSON files, kept from run to run so that addresses stay
+// the same (the chain itself starts empty each time). The line on stdout
+// then also names them.
 import http from "node:http";
 import { LiteSVM } from "litesvm";
 import {
@@ -41,6 +50,7 @@ let unixTime = BigInt(Math.floor(Date.now() / 1000));
 setClock();
 
 const records = new Map(); // signature → record of a landed transaction
+const airdrops = new Map(); // requestAirdrop's signatures → slot
 let holdFinality = false; // new transactions stay "confirmed" until svm_finalize
 let loseResponses = 0; // the next N sends land but answer with an error
 let hideLanded = 0; // the next N landed transactions stay invisible until svm_reveal
@@ -156,14 +166,37 @@ function fee(msg, keys, nsig) {
   return LAMPORTS_PER_SIGNATURE * BigInt(nsig) + (price * limit + 999999n) / 1000000n;
 }
 
-function send(b64, cfg = {}) {
+function decodeWire(b64, cfg) {
   const wire = cfg.encoding === "base58" ? Buffer.from(b58enc.encode(b64)) : Buffer.from(b64, "base64");
-  let tx;
   try {
-    tx = txDecoder.decode(wire);
+    return { wire, tx: txDecoder.decode(wire) };
   } catch (e) {
     throw new RPCError(-32602, `failed to deserialize transaction: ${e.message}`);
   }
+}
+
+// simulate runs tx on the current state without landing it, as a
+// validator's simulateTransaction does (signatures checked, since the
+// harness's SVM verifies them).
+function simulate(b64, cfg = {}) {
+  const { tx } = decodeWire(b64, cfg);
+  const sim = svm.simulateTransaction(tx);
+  const failed = typeof sim.err === "function";
+  const meta = sim.meta();
+  return {
+    context: ctx(),
+    value: {
+      err: failed ? { InstructionError: String(sim.err()) } : null,
+      logs: meta.logs(),
+      accounts: null,
+      unitsConsumed: Number(meta.computeUnitsConsumed()),
+      returnData: null,
+    },
+  };
+}
+
+function send(b64, cfg = {}) {
+  const { wire, tx } = decodeWire(b64, cfg);
   const sigs = Object.values(tx.signatures);
   if (!sigs[0]) throw new RPCError(-32602, "transaction is not signed");
   const signature = b58dec.decode(sigs[0]);
@@ -275,9 +308,25 @@ const methods = {
     return cfg.withContext ? { context: ctx(), value: out } : out;
   },
   sendTransaction: ([tx, cfg]) => send(tx, cfg),
+  simulateTransaction: ([tx, cfg]) => simulate(tx, cfg),
+  // A faucet, as a local validator's: the lamports arrive at once, under
+  // a made-up signature that getSignatureStatuses reports finalized.
+  requestAirdrop: ([addr, lamports]) => {
+    const r = svm.airdrop(addr, BigInt(lamports));
+    if (r && typeof r.err === "function") throw new RPCError(-32000, `airdrop failed: ${String(r.err())}`);
+    const signature = b58dec.decode(crypto.getRandomValues(new Uint8Array(64)));
+    slot += 1n;
+    blockHeight += 1;
+    setClock();
+    airdrops.set(signature, Number(slot));
+    return signature;
+  },
   getSignatureStatuses: ([sigs]) => ({
     context: ctx(),
     value: sigs.map((s) => {
+      if (airdrops.has(s)) {
+        return { slot: airdrops.get(s), confirmations: null, err: null, status: { Ok: null }, confirmationStatus: "finalized" };
+      }
       const r = visible(s);
       if (!r) return null;
       return {
@@ -382,8 +431,74 @@ const server = http.createServer((req, res) => {
     res.end(JSON.stringify(out));
   });
 });
-server.listen(0, "127.0.0.1", () => {
-  process.stdout.write(JSON.stringify({ url: `http://127.0.0.1:${server.address().port}` }) + "\n");
+const args = process.argv.slice(2);
+const flag = (name) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+};
+const devDir = flag("--dev");
+const port = Number(flag("--port") ?? 0);
+const devAccounts = devDir ? await devSetup(devDir) : {};
+server.listen(port, "127.0.0.1", () => {
+  process.stdout.write(JSON.stringify({ url: `http://127.0.0.1:${server.address().port}`, ...devAccounts }) + "\n");
 });
+
+// devSetup makes the development chain's accounts (see the top of this
+// file) and returns their addresses and key files.
+async function devSetup(dir) {
+  const fs = await import("node:fs");
+  const path = await import("node:path");
+  const { Keypair, PublicKey } = await import("@solana/web3.js");
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const keypair = (name) => {
+    const file = path.join(dir, name + ".json");
+    if (fs.existsSync(file)) return { file, kp: Keypair.fromSecretKey(Uint8Array.from(JSON.parse(fs.readFileSync(file, "utf8")))) };
+    const kp = Keypair.generate();
+    fs.writeFileSync(file, JSON.stringify(Array.from(kp.secretKey)), { mode: 0o600 });
+    return { file, kp };
+  };
+  const mint = keypair("usdc-mint");
+  const authority = keypair("usdc-authority");
+  const treasury = keypair("treasury");
+  const feePayer = keypair("fee-payer");
+  const wallet = keypair("dev-wallet");
+  const ATA_PROGRAM = new PublicKey("ATokenGPvbdGVxr1b2hvZbsiqW5xWH25efTNsLJA8knL");
+  const ata = (owner) =>
+    PublicKey.findProgramAddressSync([owner.toBuffer(), new PublicKey(TOKEN).toBuffer(), mint.kp.publicKey.toBuffer()], ATA_PROGRAM)[0];
+  const rent = (n) => svm.minimumBalanceForRentExemption(BigInt(n));
+  const put = (address, owner, data, lamports = rent(data.length)) =>
+    svm.setAccount({ address, lamports, programAddress: owner, data: new Uint8Array(data), executable: false, space: BigInt(data.length) });
+  // SPL Token layouts: Mint (82 bytes) and Account (165 bytes).
+  const supply = 1_000_000_000_000n;
+  const m = Buffer.alloc(82);
+  m.writeUInt32LE(1, 0);
+  authority.kp.publicKey.toBuffer().copy(m, 4);
+  m.writeBigUInt64LE(supply, 36);
+  m[44] = 6;
+  m[45] = 1;
+  put(mint.kp.publicKey.toBase58(), TOKEN, m);
+  const tokenAccount = (owner, amount) => {
+    const a = Buffer.alloc(165);
+    mint.kp.publicKey.toBuffer().copy(a, 0);
+    owner.toBuffer().copy(a, 32);
+    a.writeBigUInt64LE(amount, 64);
+    a[108] = 1; // initialized
+    put(ata(owner).toBase58(), TOKEN, a);
+  };
+  const devUSDC = 1_000_000_000n; // 1,000 USDC
+  tokenAccount(treasury.kp.publicKey, 0n);
+  tokenAccount(wallet.kp.publicKey, devUSDC);
+  tokenAccount(authority.kp.publicKey, supply - devUSDC);
+  for (const k of [authority, treasury, feePayer]) svm.airdrop(k.kp.publicKey.toBase58(), 10_000_000_000n);
+  svm.airdrop(wallet.kp.publicKey.toBase58(), 100_000_000_000n);
+  return {
+    usdc_mint: mint.kp.publicKey.toBase58(),
+    treasury: treasury.kp.publicKey.toBase58(),
+    fee_payer: feePayer.kp.publicKey.toBase58(),
+    fee_payer_key: feePayer.file,
+    dev_wallet: wallet.kp.publicKey.toBase58(),
+    dev_wallet_key: wallet.file,
+  };
+}
 process.stdin.on("end", () => process.exit(0));
 process.stdin.resume();

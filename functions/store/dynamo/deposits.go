@@ -36,6 +36,7 @@ type depositItem struct {
 	GSK          string `dynamodbav:"gsk"`
 	ID           string `dynamodbav:"id"`
 	Account      string `dynamodbav:"account"`
+	Kind         string `dynamodbav:"kind,omitempty"`
 	Reference    string `dynamodbav:"reference"`
 	AmountUSDC   int64  `dynamodbav:"amount_usdc,omitempty"`
 	State        string `dynamodbav:"state"`
@@ -73,7 +74,7 @@ func toDepositItem(d store.Deposit) depositItem {
 	if sigs == nil {
 		sigs = []string{}
 	}
-	i := depositItem{key: depositKey(d.AccountID, d.ID), ID: d.ID, Account: d.AccountID, Reference: d.Reference,
+	i := depositItem{key: depositKey(d.AccountID, d.ID), ID: d.ID, Account: d.AccountID, Kind: string(d.Kind), Reference: d.Reference,
 		AmountUSDC: d.AmountUSDC, State: string(d.State), CreditedUSDC: d.CreditedUSDC, Credits: d.Credits,
 		Signatures: sigs, Created: nanos(d.Created), Updated: nanos(d.Updated)}
 	i.GPK, i.GSK = depositIndex(d)
@@ -85,7 +86,7 @@ func (i depositItem) deposit() store.Deposit {
 	if len(i.Signatures) > 0 {
 		sigs = i.Signatures
 	}
-	return store.Deposit{ID: i.ID, AccountID: i.Account, Reference: i.Reference, AmountUSDC: i.AmountUSDC,
+	return store.Deposit{ID: i.ID, AccountID: i.Account, Kind: store.DepositKind(i.Kind), Reference: i.Reference, AmountUSDC: i.AmountUSDC,
 		State: store.DepositState(i.State), CreditedUSDC: i.CreditedUSDC, Credits: i.Credits, Signatures: sigs,
 		Created: fromNanos(i.Created), Updated: fromNanos(i.Updated)}
 }

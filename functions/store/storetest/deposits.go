@@ -150,7 +150,7 @@ var depositTests = []test{
 	}},
 	{"PutFresh", func(t *testing.T, f *fixture) {
 		// A new intent is pending with nothing credited, whatever it says.
-		d := store.Deposit{ID: "d1", AccountID: "a", Reference: "r1", State: store.DepositCredited,
+		d := store.Deposit{ID: "d1", AccountID: "a", Kind: store.DepositX402, Reference: "r1", State: store.DepositCredited,
 			CreditedUSDC: 9, Credits: 9, Signatures: []string{"s"}, Created: at(1), Updated: at(1)}
 		if err := f.s.PutDeposit(f.ctx, d); err != nil {
 			t.Fatalf("PutDeposit: %v", err)
