@@ -177,10 +177,18 @@ func (s *Server) topUp(w http.ResponseWriter, r *http.Request) error {
 		// Written by an earlier try that may not have sent it: send again
 		// (a cluster takes one transaction once).
 	case errors.Is(err, store.ErrNotFound):
-		if reason, err := s.simulate(ctx, wire); err != nil {
+		reason, err := s.simulate(ctx, wire)
+		if err != nil {
 			return err
-		} else if reason != "" {
-			return refuse("transaction_simulation_failed", errors.New("the transfer would fail: "+reason))
+		}
+		if reason != "" {
+			// A concurrent try of the same payment may have sent it
+			// meanwhile (a landed transaction no longer simulates): its
+			// intent, written before its send, says so.
+			if _, gerr := s.store.GetDeposit(ctx, intent.AccountID, intent.ID); gerr != nil {
+				return refuse("transaction_simulation_failed", errors.New("the transfer would fail: "+reason))
+			}
+			break
 		}
 		if err := s.store.CreateAccount(ctx, store.Account{ID: intent.AccountID, Wallet: intent.AccountID, CreatedAt: s.now()}); err != nil && !errors.Is(err, store.ErrExists) {
 			return err

@@ -2,14 +2,23 @@ package devnet_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gagliardetto/solana-go"
+	"github.com/gagliardetto/solana-go/rpc"
 
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/store"
@@ -138,4 +147,292 @@ func balanceOf(t *testing.T, chain *topUpChain, k solana.PublicKey) uint64 {
 		t.Fatal(err)
 	}
 	return b.Value
+}
+
+// payment is what the official client sends for a top-up of amount base
+// units by agent (the same instructions, in the same order), as a
+// PAYMENT-SIGNATURE header.
+func (c *topUpChain) payment(t *testing.T, e *env, agent solana.PrivateKey, amount uint64) string {
+	t.Helper()
+	cfg := c.Config
+	resp := e.do(http.MethodPost, fmt.Sprintf("/v1/x402/top-up?amount=%s", usdc(amount)), "", nil)
+	resp.Body.Close()
+	var req x402.Required
+	raw, err := base64.StdEncoding.DecodeString(resp.Header.Get(x402.HeaderRequired))
+	if err != nil || json.Unmarshal(raw, &req) != nil || resp.StatusCode != http.StatusPaymentRequired || len(req.Accepts) != 1 {
+		t.Fatalf("402: %d %s", resp.StatusCode, raw)
+	}
+	bh, err := c.RPC.GetLatestBlockhash(context.Background(), rpc.CommitmentFinalized)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memo, err := onchain.Memo(fmt.Sprintf("%x", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ixs := []solana.Instruction{onchain.SetComputeUnitLimit(20_000), onchain.SetComputeUnitPrice(1),
+		onchain.TransferChecked(onchain.TokenProgram, cfg.USDCATA(agent.PublicKey()), cfg.USDCMint, cfg.TreasuryUSDC(), agent.PublicKey(), amount, 6),
+		memo}
+	tx, err := solana.NewTransaction(ixs, bh.Value.Blockhash, solana.TransactionPayer(c.feePayer.PublicKey()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx.Message.SetVersion(solana.MessageVersionV0)
+	if _, err := tx.PartialSign(func(k solana.PublicKey) *solana.PrivateKey {
+		if k == agent.PublicKey() {
+			return &agent
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wire, err := tx.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"x402Version": 2, "resource": req.Resource, "accepted": req.Accepts[0],
+		"payload": map[string]string{"transaction": base64.StdEncoding.EncodeToString(wire)}})
+	return base64.StdEncoding.EncodeToString(body)
+}
+
+func usdc(units uint64) string { return fmt.Sprintf("%d.%06d", units/1_000_000, units%1_000_000) }
+
+type topUpAnswer struct {
+	status  int
+	settled x402.Settlement
+	reason  string // the 402's error
+	body    struct {
+		AccountID   string `json:"account_id"`
+		State       string `json:"state"`
+		Transaction string `json:"transaction"`
+		CreditedNow int64  `json:"credited_now"`
+		Credits     int64  `json:"credits"`
+		APIKey      string `json:"api_key"`
+		Error       *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+}
+
+func postTopUp(t *testing.T, e *env, amount uint64, header string) topUpAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.stack.APIURL+"/x402/top-up?amount="+usdc(amount), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(x402.HeaderSignature, header)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a topUpAnswer
+	a.status = resp.StatusCode
+	b, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(b, &a.body)
+	if h := resp.Header.Get(x402.HeaderResponse); h != "" {
+		raw, _ := base64.StdEncoding.DecodeString(h)
+		_ = json.Unmarshal(raw, &a.settled)
+	}
+	if h := resp.Header.Get(x402.HeaderRequired); h != "" {
+		var r x402.Required
+		raw, _ := base64.StdEncoding.DecodeString(h)
+		_ = json.Unmarshal(raw, &r)
+		a.reason = r.Error
+	}
+	return a
+}
+
+// crashingStore fails one write of a top-up, before it happens or after
+// (the write done, its answer lost), as a process killed there would.
+type crashingStore struct {
+	store.Store
+	method string
+	after  bool
+	armed  atomic.Bool // set once the test's setup is done
+	fired  atomic.Bool
+}
+
+var errInjected = errors.New("injected crash")
+
+func (c *crashingStore) crash(method string, write func() error) error {
+	if method != c.method || !c.armed.Load() || c.fired.Swap(true) {
+		return write()
+	}
+	if c.after {
+		if err := write(); err != nil {
+			return err
+		}
+	}
+	return errInjected
+}
+
+func (c *crashingStore) CreateAccount(ctx context.Context, a store.Account) error {
+	return c.crash("CreateAccount", func() error { return c.Store.CreateAccount(ctx, a) })
+}
+
+func (c *crashingStore) PutDeposit(ctx context.Context, d store.Deposit) error {
+	return c.crash("PutDeposit", func() error { return c.Store.PutDeposit(ctx, d) })
+}
+
+func (c *crashingStore) CreditDeposit(ctx context.Context, dc store.DepositCredit) (d store.Deposit, applied bool, err error) {
+	err = c.crash("CreditDeposit", func() (e error) { d, applied, e = c.Store.CreditDeposit(ctx, dc); return e })
+	return d, applied, err
+}
+
+func (c *crashingStore) PutAPIKey(ctx context.Context, k store.Secret) error {
+	return c.crash("PutAPIKey", func() error { return c.Store.PutAPIKey(ctx, k) })
+}
+
+// TestX402TopUpFaults: a top-up whose gateway dies at any write (before
+// it or with its answer lost), whose send answer is lost, or that does not
+// finalize in time, is credited exactly once — by the client's retry of
+// the same payment or by the sweep; the same payment sent eight times at
+// once moves USDC and credits once; a payment that cannot land costs no
+// write and no fee; another wallet cannot claim a transfer.
+func TestX402TopUpFaults(t *testing.T) {
+	chain := newTopUpChain(t)
+	cfg := chain.Config
+	const amount = 1_000_000 // 100 credits
+	newAgent := func(usdcUnits uint64) solana.PrivateKey {
+		a := svmtest.NewKey(t)
+		chain.MintTo(t, cfg.USDCMint, onchain.TokenProgram, a.PublicKey(), usdcUnits)
+		return a
+	}
+	// credited checks the agent's account holds exactly one credit of the
+	// payment and the treasury got its USDC once.
+	treasury := uint64(0)
+	credited := func(e *env, agent solana.PrivateKey, what string) {
+		t.Helper()
+		treasury += amount
+		if got := chain.TokenBalance(t, cfg.TreasuryUSDC()); got != treasury {
+			t.Errorf("%s: treasury holds %d, want %d", what, got, treasury)
+		}
+		a, err := e.store.GetAccount(context.Background(), agent.PublicKey().String())
+		if err != nil || a.Credits != 100 || a.TotalDeposited != 100 {
+			t.Errorf("%s: account %+v (%v), want 100 credits deposited once", what, a, err)
+		}
+	}
+
+	for _, method := range []string{"CreateAccount", "PutDeposit", "CreditDeposit", "PutAPIKey"} {
+		for _, after := range []bool{false, true} {
+			t.Run(fmt.Sprintf("crash at %s, after=%v", method, after), func(t *testing.T) {
+				cs := &crashingStore{Store: openStore(t), method: method, after: after}
+				deposits, topUps := chain.options(t, 10*time.Second)
+				e := newEnv(t, envOptions{store: cs, deposits: deposits, topUps: topUps})
+				cs.armed.Store(true)
+				agent := newAgent(amount)
+				pay := chain.payment(t, e, agent, amount)
+				first := postTopUp(t, e, amount, pay)
+				if !cs.fired.Load() {
+					t.Fatalf("the crash at %s never fired", method)
+				}
+				if method == "PutAPIKey" {
+					// The credit is done when the key is made: the answer
+					// stands, without a key.
+					if first.status != http.StatusOK || first.body.APIKey != "" || first.body.CreditedNow != 100 {
+						t.Fatalf("crash at the key: %d %+v", first.status, first.body)
+					}
+				} else if first.status != http.StatusInternalServerError {
+					t.Fatalf("the crashed try answered %d %+v", first.status, first.body)
+				}
+				again := postTopUp(t, e, amount, pay)
+				if again.status != http.StatusOK || again.body.State != "credited" || !again.settled.Success {
+					t.Fatalf("retry: %d %+v %s", again.status, again.body, again.reason)
+				}
+				credited(e, agent, "after the retry")
+			})
+		}
+	}
+
+	t.Run("send answer lost", func(t *testing.T) {
+		deposits, topUps := chain.options(t, 10*time.Second)
+		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		agent := newAgent(amount)
+		pay := chain.payment(t, e, agent, amount)
+		chain.LoseResponses(t, 1)
+		if a := postTopUp(t, e, amount, pay); a.status != http.StatusOK || a.body.CreditedNow != 100 {
+			t.Fatalf("%d %+v", a.status, a.body)
+		}
+		credited(e, agent, "lost send answer")
+	})
+
+	t.Run("not finalized in time, then swept", func(t *testing.T) {
+		deposits, topUps := chain.options(t, 300*time.Millisecond)
+		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		agent := newAgent(amount)
+		pay := chain.payment(t, e, agent, amount)
+		chain.HoldFinality(t, true)
+		a := postTopUp(t, e, amount, pay)
+		chain.Finalize(t)
+		chain.HoldFinality(t, false)
+		if a.status != http.StatusAccepted || a.body.State != "pending" || a.body.CreditedNow != 0 || !a.settled.Success {
+			t.Fatalf("want 202 pending: %d %+v", a.status, a.body)
+		}
+		if n, err := e.stack.SweepDeposits(context.Background()); err != nil || n != 1 {
+			t.Fatalf("sweep credited %d (%v), want 1", n, err)
+		}
+		if n, err := e.stack.SweepDeposits(context.Background()); err != nil || n != 0 {
+			t.Fatalf("second sweep credited %d (%v), want 0", n, err)
+		}
+		if again := postTopUp(t, e, amount, pay); again.status != http.StatusOK || again.body.CreditedNow != 0 {
+			t.Fatalf("retry after the sweep: %d %+v", again.status, again.body)
+		}
+		credited(e, agent, "swept")
+	})
+
+	t.Run("eight at once", func(t *testing.T) {
+		deposits, topUps := chain.options(t, 10*time.Second)
+		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		agent := newAgent(amount)
+		pay := chain.payment(t, e, agent, amount)
+		var wg sync.WaitGroup
+		answers := make([]topUpAnswer, 8)
+		for i := range answers {
+			wg.Go(func() { answers[i] = postTopUp(t, e, amount, pay) })
+		}
+		wg.Wait()
+		total := int64(0)
+		for i, a := range answers {
+			if a.status != http.StatusOK {
+				t.Errorf("try %d: %d %+v", i, a.status, a.body)
+			}
+			total += a.body.CreditedNow
+		}
+		if total != 100 {
+			t.Errorf("the tries credited %d in all, want 100", total)
+		}
+		credited(e, agent, "eight at once")
+	})
+
+	t.Run("refused payments", func(t *testing.T) {
+		deposits, topUps := chain.options(t, 10*time.Second)
+		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		fee := balanceOf(t, chain, chain.feePayer.PublicKey())
+		poor := newAgent(amount - 1) // cannot cover it: the simulation fails
+		a := postTopUp(t, e, amount, chain.payment(t, e, poor, amount))
+		if a.status != http.StatusPaymentRequired || a.settled.Success || !strings.Contains(a.reason, "would fail") {
+			t.Errorf("a payment that cannot land: %d %+v %q", a.status, a.settled, a.reason)
+		}
+		if _, err := e.store.GetAccount(context.Background(), poor.PublicKey().String()); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("a refused payment made an account: %v", err)
+		}
+		rich := newAgent(10 * amount)
+		// Paid for 1 USDC, presented for 2.
+		a = postTopUp(t, e, 2*amount, chain.payment(t, e, rich, amount))
+		if a.status != http.StatusPaymentRequired || !strings.Contains(a.reason, "another offer") {
+			t.Errorf("a payment for another amount: %d %q", a.status, a.reason)
+		}
+		for name, h := range map[string]string{"garbage": "!!", "empty json": base64.StdEncoding.EncodeToString([]byte("{}"))} {
+			if a := postTopUp(t, e, amount, h); a.status != http.StatusPaymentRequired || a.reason == "" {
+				t.Errorf("%s: %d %q", name, a.status, a.reason)
+			}
+		}
+		if got := balanceOf(t, chain, chain.feePayer.PublicKey()); got != fee {
+			t.Errorf("refused payments cost the fee payer %d lamports", fee-got)
+		}
+		if got := chain.TokenBalance(t, cfg.TreasuryUSDC()); got != treasury {
+			t.Errorf("refused payments moved USDC: treasury %d, want %d", got, treasury)
+		}
+	})
 }

@@ -149,6 +149,10 @@ func TestCrashAtEveryWrite(t *testing.T) {
 		{"PutDeposit", func(s store.Store) error {
 			return s.PutDeposit(bg, store.Deposit{ID: "d2", AccountID: "a", Reference: "ref2", Created: t0.Add(time.Second)})
 		}},
+		{"PutDepositX402", func(s store.Store) error {
+			return s.PutDeposit(bg, store.Deposit{ID: "x402_sig", AccountID: "a", Kind: store.DepositX402, Reference: "sig",
+				AmountUSDC: 1_000_000, Created: t0.Add(time.Second)})
+		}},
 		{"CreditDeposit", func(s store.Store) error {
 			_, _, err := s.CreditDeposit(bg, store.DepositCredit{DepositID: "d1", AccountID: "a", Signature: "deposit-sig-2",
 				USDC: 2_000_000, Credits: 200, At: t0.Add(time.Second)})
