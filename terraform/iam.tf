@@ -77,6 +77,11 @@ data "aws_iam_policy_document" "api" {
     actions   = ["secretsmanager:GetSecretValue"]
     resources = [aws_secretsmanager_secret.listener.arn]
   }
+  statement {
+    sid       = "FeePayerSecret"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [aws_secretsmanager_secret.x402_fee_payer.arn]
+  }
 }
 
 resource "aws_iam_role_policy" "api" {

@@ -23,6 +23,11 @@ output "keeper_key_secret_arn" {
   value       = aws_secretsmanager_secret.keeper_key.arn
 }
 
+output "x402_fee_payer_secret_arn" {
+  description = "Put the x402 top-ups' fee payer keypair into this secret before setting x402_network (README)."
+  value       = aws_secretsmanager_secret.x402_fee_payer.arn
+}
+
 output "keeper_dead_letter_queue" {
   description = "Scheduled keeper runs that failed every retry."
   value       = aws_sqs_queue.keeper_dlq.url

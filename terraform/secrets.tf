@@ -27,3 +27,15 @@ resource "aws_secretsmanager_secret" "keeper_key" {
   description             = "c0mpute: the keeper's Solana keypair (JSON array of 64 bytes or base58)."
   recovery_window_in_days = 30
 }
+
+# The x402 top-ups' fee payer: a hot wallet holding a little SOL (each
+# top-up costs it about 10,000 lamports) and nothing else. Like the
+# keeper's key, Terraform creates the secret empty; put the keypair in with
+#   aws secretsmanager put-secret-value --secret-id <x402_fee_payer_secret_arn> \
+#     --secret-string file://fee-payer.json
+# before setting x402_network.
+resource "aws_secretsmanager_secret" "x402_fee_payer" {
+  name                    = "${var.name}/x402-fee-payer"
+  description             = "c0mpute: the x402 top-ups' fee payer, a Solana keypair (JSON array of 64 bytes or base58)."
+  recovery_window_in_days = 30
+}

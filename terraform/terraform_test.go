@@ -422,7 +422,7 @@ func (fakeSecrets) GetSecretValue(context.Context, *secretsmanager.GetSecretValu
 // testOnly are variables the code reads that Terraform must not set:
 // DynamoDB Local's endpoint, secrets from files, and the keeper's
 // persistent ledger (EFS, not provisioned yet; see keeperfn).
-var testOnly = []string{lambdaenv.EnvDynamoEndpoint, lambdaenv.EnvListenerFile, keeperfn.EnvKeyFile, keeperfn.EnvLedger}
+var testOnly = []string{lambdaenv.EnvDynamoEndpoint, lambdaenv.EnvListenerFile, lambdaenv.EnvX402FeePayerFile, keeperfn.EnvKeyFile, keeperfn.EnvLedger}
 
 func readsOf(t *testing.T, fn string) []string {
 	t.Helper()
@@ -431,6 +431,9 @@ func readsOf(t *testing.T, fn string) []string {
 		lambdaenv.EnvTable: "t", lambdaenv.EnvConnectionsURL: "https://a.execute-api.eu-west-1.amazonaws.com/prod",
 		lambdaenv.EnvRelayURL: "wss://a.execute-api.eu-west-1.amazonaws.com/prod", lambdaenv.EnvListenerSecret: "arn",
 		keeperfn.EnvConfig: `{}`, keeperfn.EnvKeyARN: "arn",
+		// Top-ups on, so that the loader reads their fee payer's secret.
+		lambdaenv.EnvX402Network: "devnet", lambdaenv.EnvX402FeePayer: "arn", lambdaenv.EnvRPCURL: "https://rpc.example",
+		lambdaenv.EnvUSDCMint: "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v", lambdaenv.EnvTreasury: "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
 	}}
 	var err error
 	switch fn {

@@ -168,6 +168,16 @@ variable "treasury" {
   default     = ""
 }
 
+variable "x402_network" {
+  description = "Turns x402 top-ups (POST /v1/x402/top-up) on, on this cluster: mainnet, devnet or testnet; empty: off. They pay into treasury (which must be set) and their fees come from the keypair in the x402_fee_payer secret (put it in first)."
+  type        = string
+  default     = ""
+  validation {
+    condition     = contains(["", "mainnet", "devnet", "testnet"], var.x402_network)
+    error_message = "x402_network is mainnet, devnet, testnet or empty."
+  }
+}
+
 variable "alarm_topic_arn" {
   description = "SNS topic the alarms notify; empty: alarms only change state (visible in the console)."
   type        = string

@@ -31,27 +31,30 @@ import (
 // Environment variables. Terraform sets exactly these (checked by the
 // terraform tests).
 const (
-	EnvTable           = dynamo.EnvTable    // DynamoDB table
-	EnvDynamoEndpoint  = dynamo.EnvEndpoint // DynamoDB endpoint override (DynamoDB Local in tests)
-	EnvConnectionsURL  = "C0MPUTE_CONNECTIONS_URL"
-	EnvRelayURL        = "C0MPUTE_RELAY_URL"
-	EnvListenerSecret  = "C0MPUTE_LISTENER_SECRET_ARN"
-	EnvListenerFile    = "C0MPUTE_LISTENER_SECRET_FILE"
-	EnvBatchWindowMS   = "C0MPUTE_BATCH_WINDOW_MS"
-	EnvLogLevel        = "C0MPUTE_LOG_LEVEL"
-	EnvRatePerMinute   = "C0MPUTE_RATE_PER_MINUTE"
-	EnvAccountRate     = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
-	EnvWorkerSharePct  = "C0MPUTE_WORKER_SHARE_PERCENT"
-	EnvMaxTokPerSec    = "C0MPUTE_MAX_TOKENS_PER_SECOND"
-	EnvCanaryEvery     = "C0MPUTE_CANARY_EVERY_SECONDS"
-	EnvSignInDomain    = "C0MPUTE_SIGNIN_DOMAIN"
-	EnvSignInChain     = "C0MPUTE_SIGNIN_CHAIN"
-	EnvCORSOrigins     = "C0MPUTE_CORS_ORIGINS"
-	EnvCatalog         = "C0MPUTE_CATALOG"
-	EnvRPCURL          = "C0MPUTE_RPC_URL"
-	EnvUSDCMint        = "C0MPUTE_USDC_MINT"
-	EnvTreasury        = "C0MPUTE_TREASURY"
-	defaultBatchWindow = 50 * time.Millisecond
+	EnvTable            = dynamo.EnvTable    // DynamoDB table
+	EnvDynamoEndpoint   = dynamo.EnvEndpoint // DynamoDB endpoint override (DynamoDB Local in tests)
+	EnvConnectionsURL   = "C0MPUTE_CONNECTIONS_URL"
+	EnvRelayURL         = "C0MPUTE_RELAY_URL"
+	EnvListenerSecret   = "C0MPUTE_LISTENER_SECRET_ARN"
+	EnvListenerFile     = "C0MPUTE_LISTENER_SECRET_FILE"
+	EnvBatchWindowMS    = "C0MPUTE_BATCH_WINDOW_MS"
+	EnvLogLevel         = "C0MPUTE_LOG_LEVEL"
+	EnvRatePerMinute    = "C0MPUTE_RATE_PER_MINUTE"
+	EnvAccountRate      = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
+	EnvWorkerSharePct   = "C0MPUTE_WORKER_SHARE_PERCENT"
+	EnvMaxTokPerSec     = "C0MPUTE_MAX_TOKENS_PER_SECOND"
+	EnvCanaryEvery      = "C0MPUTE_CANARY_EVERY_SECONDS"
+	EnvSignInDomain     = "C0MPUTE_SIGNIN_DOMAIN"
+	EnvSignInChain      = "C0MPUTE_SIGNIN_CHAIN"
+	EnvCORSOrigins      = "C0MPUTE_CORS_ORIGINS"
+	EnvCatalog          = "C0MPUTE_CATALOG"
+	EnvRPCURL           = "C0MPUTE_RPC_URL"
+	EnvUSDCMint         = "C0MPUTE_USDC_MINT"
+	EnvTreasury         = "C0MPUTE_TREASURY"
+	EnvX402Network      = "C0MPUTE_X402_NETWORK"
+	EnvX402FeePayer     = "C0MPUTE_X402_FEE_PAYER_ARN"
+	EnvX402FeePayerFile = "C0MPUTE_X402_FEE_PAYER_FILE"
+	defaultBatchWindow  = 50 * time.Millisecond
 )
 
 // Gateway is what the API and relay functions share.
@@ -104,7 +107,12 @@ type API struct {
 	// Treasury is empty.
 	RPCURL   string `validate:"required_with=Treasury,omitempty,url"`
 	USDCMint string `validate:"required_with=Treasury,omitempty,min=32,max=44"`
-	Treasury string `validate:"omitempty,min=32,max=44"`
+	Treasury string `validate:"required_with=X402Network,omitempty,min=32,max=44"`
+	// X402Network turns x402 top-ups on, on that cluster (mainnet,
+	// devnet or testnet): they pay into Treasury, and X402FeePayer (a
+	// keypair, from a secret) pays their fees.
+	X402Network  string `validate:"omitempty,oneof=mainnet devnet testnet"`
+	X402FeePayer string `validate:"required_with=X402Network"`
 }
 
 // Relay is the relay function's configuration.
@@ -168,6 +176,11 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 		return API{}, fmt.Errorf("%s: %w", EnvCORSOrigins, err)
 	}
 	c.RPCURL, c.USDCMint, c.Treasury = e(EnvRPCURL), e(EnvUSDCMint), e(EnvTreasury)
+	if c.X402Network = e(EnvX402Network); c.X402Network != "" {
+		if c.X402FeePayer, err = e.Secret(ctx, sm, EnvX402FeePayer, EnvX402FeePayerFile); err != nil {
+			return API{}, err
+		}
+	}
 	return c, check(c)
 }
 
@@ -222,6 +235,7 @@ var variable = map[string]string{
 	"MaxTokPerSec": EnvMaxTokPerSec, "CanaryEverySeconds": EnvCanaryEvery,
 	"SignInDomain": EnvSignInDomain, "SignInChain": EnvSignInChain,
 	"RPCURL": EnvRPCURL, "USDCMint": EnvUSDCMint, "Treasury": EnvTreasury,
+	"X402Network": EnvX402Network, "X402FeePayer": EnvX402FeePayer + " or " + EnvX402FeePayerFile,
 }
 
 // Secret reads a secret from Secrets Manager (arnVar holds its ARN) or from

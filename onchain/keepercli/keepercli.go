@@ -174,38 +174,9 @@ func LoadKey(ctx context.Context, ref string, secrets SecretSource) (solana.Priv
 	default:
 		return nil, fmt.Errorf("keeper: key reference kind %q: want file, secretsmanager or ssm", kind)
 	}
-	return parseKey(raw)
-}
-
-// parseKey accepts a Solana keypair (a JSON array of 64 bytes) or a base58
-// private key.
-func parseKey(raw string) (solana.PrivateKey, error) {
-	raw = strings.TrimSpace(raw)
-	var k solana.PrivateKey
-	if strings.HasPrefix(raw, "[") {
-		var b []byte
-		var ints []int
-		if err := json.Unmarshal([]byte(raw), &ints); err != nil {
-			return nil, errors.New("keeper: key is not a JSON byte array")
-		}
-		for _, v := range ints {
-			if v < 0 || v > 255 {
-				return nil, errors.New("keeper: key is not a JSON byte array")
-			}
-			b = append(b, byte(v))
-		}
-		k = solana.PrivateKey(b)
-	} else {
-		var err error
-		if k, err = solana.PrivateKeyFromBase58(raw); err != nil {
-			return nil, errors.New("keeper: key is neither a keypair file nor base58")
-		}
-	}
-	if len(k) != 64 {
-		return nil, fmt.Errorf("keeper: key has %d bytes, want 64", len(k))
-	}
-	if err := k.Validate(); err != nil {
-		return nil, errors.New("keeper: key's public half does not match its private half")
+	k, err := onchain.ParseKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("keeper: %w", err)
 	}
 	return k, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/siws"
+	"github.com/c0mpute/c0mpute/functions/x402"
 	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/deposit"
 )
@@ -85,9 +86,13 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	topUps, err := topUpsFrom(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
 		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), SignIn: signIn,
-		CORSOrigins: cfg.CORSOrigins, Deposits: deposits, Limits: limits, Log: log})
+		CORSOrigins: cfg.CORSOrigins, Deposits: deposits, TopUps: topUps, Limits: limits, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +139,23 @@ func depositsFrom(cfg lambdaenv.API) (*api.Deposits, error) {
 	client := rpc.New(cfg.RPCURL)
 	return &api.Deposits{Mint: mint, Treasury: treasury, Label: "c0mpute", Lister: client,
 		Verifier: &deposit.Verifier{RPC: client, Config: onchain.Config{USDCMint: mint, Treasury: treasury}}}, nil
+}
+
+// topUpsFrom is the x402 top-up route's configuration, or nil while no
+// network is set.
+func topUpsFrom(cfg lambdaenv.API) (*api.TopUps, error) {
+	if cfg.X402Network == "" {
+		return nil, nil
+	}
+	network, err := x402.Network(cfg.X402Network)
+	if err != nil {
+		return nil, err
+	}
+	feePayer, err := onchain.ParseKey(cfg.X402FeePayer)
+	if err != nil {
+		return nil, fmt.Errorf("x402 fee payer: %w", err)
+	}
+	return &api.TopUps{Network: network, FeePayer: feePayer, Chain: rpc.New(cfg.RPCURL)}, nil
 }
 
 // sweepEvery is how often an instance looks on-chain for unreported
