@@ -109,6 +109,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		s.settleFailure(id, "admit_error", true)
 		return fmt.Errorf("admit: %w", err)
 	}
+	if !job.Canary {
+		w = s.withBalance(w, p.account)
+	}
 	var out sink
 	if req.Stream {
 		out = newStreamSink(w, job.ID, model.ID, now, req.IncludeUsage())
@@ -772,3 +775,64 @@ func (s *Server) settleFailure(jobID, reason string, refund bool) {
 		s.goSafe("dispatch after failure", func() { s.dispatchWorker(job.Worker, job.Model) })
 	}
 }
+
+// headerBalance is the account's balance in credits right after this
+// request's debit (other requests of the account may move it meanwhile),
+// on successful chat responses.
+const headerBalance = "x-balance-remaining"
+
+// balanceWriter sets headerBalance on a 200 response from a read of the
+// account made while the job is dispatched: off the request's critical
+// path, it is almost always done when the first byte is written (a worker
+// takes longer to answer than the store), and a read slower than
+// balanceWait leaves the header out rather than hold the reply.
+type balanceWriter struct {
+	http.ResponseWriter
+	read <-chan int64
+	done bool
+}
+
+// balanceWait bounds how long the first byte of a reply waits for the
+// balance read.
+const balanceWait = 250 * time.Millisecond
+
+func (s *Server) withBalance(w http.ResponseWriter, account string) http.ResponseWriter {
+	read := make(chan int64, 1)
+	go func() {
+		defer func() { _ = recover() }()
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		defer cancel()
+		if a, err := s.store.GetAccount(ctx, account); err == nil {
+			read <- a.Credits
+		}
+		close(read)
+	}()
+	return &balanceWriter{ResponseWriter: w, read: read}
+}
+
+func (b *balanceWriter) WriteHeader(status int) {
+	if !b.done {
+		b.done = true
+		if status == http.StatusOK {
+			select {
+			case credits, ok := <-b.read:
+				if ok {
+					b.Header().Set(headerBalance, strconv.FormatInt(credits, 10))
+				}
+			case <-time.After(balanceWait):
+			}
+		}
+	}
+	b.ResponseWriter.WriteHeader(status)
+}
+
+func (b *balanceWriter) Write(p []byte) (int, error) {
+	if !b.done {
+		b.WriteHeader(http.StatusOK)
+	}
+	return b.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer (Flush,
+// deadlines).
+func (b *balanceWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }

@@ -59,6 +59,7 @@ func env(name, def string) string {
 
 func run() error {
 	workerdBin := flag.String("workerd", "", "workerd binary to start (none: gateway only)")
+	chainDir := flag.String("chain-dir", filepath.Join("onchain", "svmtest"), "the local chain's server (with "+envChain+"=local)")
 	flag.Parse()
 	home := env("C0MPUTE_HOME", ".c0mpute")
 	apiAddr := env("C0MPUTE_API_ADDR", "127.0.0.1:8080")
@@ -101,8 +102,25 @@ func run() error {
 		return fmt.Errorf("C0MPUTE_CATALOG: %w", err)
 	}
 	models := cat.Models()
+	var chain *localChain
+	var deposits *api.Deposits
+	var topUps *api.TopUps
+	switch v := os.Getenv(envChain); v {
+	case "":
+	case "local":
+		if chain, err = startChain(ctx, *chainDir, home, env(envChainAddr, "127.0.0.1:8899")); err != nil {
+			return err
+		}
+		defer chain.Close()
+		if deposits, topUps, err = chain.payments(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%s=%q: want local, or unset for no chain", envChain, v)
+	}
 	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, ManagementAddr: mgmtAddr,
-		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log, Canaries: canaries, CORSOrigins: origins})
+		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log, Canaries: canaries, CORSOrigins: origins,
+		Deposits: deposits, TopUps: topUps})
 	if err != nil {
 		return err
 	}
@@ -115,11 +133,17 @@ func run() error {
 	}
 	envFile := filepath.Join(home, "dev.env")
 	lines := fmt.Sprintf("OPENAI_BASE_URL=%s\nOPENAI_API_KEY=%s\n", stack.APIURL, apiKey)
+	chainLine := ""
+	if chain != nil {
+		lines += chain.envLines()
+		chainLine = fmt.Sprintf("  chain   %s (local Solana JSON-RPC: test USDC %s, treasury %s;\n          dev wallet %s with 100 SOL and 1,000 test USDC, key in %s)\n",
+			chain.URL, chain.Mint, chain.Treasury, chain.DevWallet, chain.DevWalletKey)
+	}
 	if err := os.WriteFile(envFile, []byte(lines), 0o600); err != nil {
 		return err
 	}
-	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s (workers)\n          %s (@connections; SigV4 with this run's own key only)\n  store   %s\n\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
-		stack.APIURL, stack.RelayURL, stack.ManagementURL, where, lines, envFile)
+	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s (workers)\n          %s (@connections; SigV4 with this run's own key only)\n  store   %s\n%s\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
+		stack.APIURL, stack.RelayURL, stack.ManagementURL, where, chainLine, lines, envFile)
 	// Workers: one in front of Ollama (it connects as soon as Ollama is
 	// up), and one on the built-in engine when a GGUF file is named, or,
 	// with no Ollama reachable, on a generated demo model, so that the

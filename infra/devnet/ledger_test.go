@@ -2,6 +2,7 @@ package devnet_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -10,18 +11,24 @@ import (
 
 // TestLedgerThroughAPI: the account's ledger shows the grant, each charge
 // and each earning, adds up to the balance and earnings, and pages; every response names itself
-// with x-request-id, and a chat response carries its price.
+// with x-request-id, and a chat response carries its price and the balance
+// it leaves.
 func TestLedgerThroughAPI(t *testing.T) {
 	e := newEnv(t, envOptions{credits: 1000})
 	e.ollamaWorker()
 	ids := map[string]bool{}
-	for range 3 {
+	for i := range 3 {
 		var resp *http.Response
 		if _, err := e.client.Chat.Completions.New(context.Background(), chatParams("hello", 3), option.WithResponseInto(&resp)); err != nil {
 			t.Fatal(err)
 		}
 		if got := resp.Header.Get("x-c0mpute-cost-credits"); got != "10" {
 			t.Errorf("cost header %q, want 10", got)
+		}
+		// The worker's earnings go to Earned, not the balance: each
+		// request leaves 10 credits less.
+		if got, want := resp.Header.Get("x-balance-remaining"), fmt.Sprint(1000-10*(i+1)); got != want {
+			t.Errorf("request %d: x-balance-remaining %q, want %s", i, got, want)
 		}
 		id := resp.Header.Get("x-request-id")
 		if id == "" || ids[id] {

@@ -1,0 +1,308 @@
+// Command c0mpute-wallet takes a user from a Solana wallet (a keypair file,
+// as solana-keygen writes it) to credits on a c0mpute gateway:
+//
+//	c0mpute-wallet signin             Sign-In With Solana; prints OPENAI_API_KEY=… for eval
+//	c0mpute-wallet deposit AMOUNT     pays AMOUNT USDC with a Solana Pay transfer, waits for
+//	                                  finality and has it verified; prints the credits
+//
+// Settings come from the environment scripts/dev writes to dev.env, or from
+// flags: C0MPUTE_DEV_WALLET (-key, the keypair file), OPENAI_BASE_URL (-api,
+// the gateway's …/v1 URL), OPENAI_API_KEY (deposit's key), C0MPUTE_RPC_URL
+// (-rpc, the chain's JSON-RPC endpoint).
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gagliardetto/solana-go"
+	"github.com/gagliardetto/solana-go/rpc"
+	"github.com/mr-tron/base58"
+
+	"github.com/c0mpute/c0mpute/functions/siws"
+	"github.com/c0mpute/c0mpute/onchain"
+	"github.com/c0mpute/c0mpute/onchain/chain"
+)
+
+const usage = `usage: c0mpute-wallet [flags] signin | deposit AMOUNT
+
+  signin          sign in with the wallet (Sign-In With Solana); prints
+                  OPENAI_API_KEY=<a new key>, so: eval "$(c0mpute-wallet signin)"
+  deposit AMOUNT  deposit AMOUNT USDC (like 5 or 2.50) from the wallet with a
+                  Solana Pay transfer; the gateway credits 100 credits per USDC
+
+flags (defaults from the environment dev.env sets):
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "c0mpute-wallet:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("c0mpute-wallet", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	keyFile := fs.String("key", os.Getenv("C0MPUTE_DEV_WALLET"), "the wallet's keypair file (C0MPUTE_DEV_WALLET)")
+	apiURL := fs.String("api", os.Getenv("OPENAI_BASE_URL"), "the gateway's API URL, ending in /v1 (OPENAI_BASE_URL)")
+	rpcURL := fs.String("rpc", os.Getenv("C0MPUTE_RPC_URL"), "the chain's JSON-RPC endpoint (C0MPUTE_RPC_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("say signin or deposit")
+	}
+	if *keyFile == "" || *apiURL == "" {
+		return errors.New("set -key and -api (or source dev.env: scripts/dev writes it)")
+	}
+	raw, err := os.ReadFile(*keyFile)
+	if err != nil {
+		return err
+	}
+	key, err := onchain.ParseKey(string(raw))
+	if err != nil {
+		return fmt.Errorf("%s: %w", *keyFile, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g := &gateway{base: strings.TrimSuffix(*apiURL, "/"), client: &http.Client{Timeout: 30 * time.Second}}
+	switch cmd := fs.Arg(0); cmd {
+	case "signin":
+		out, err := g.signIn(ctx, key)
+		if err != nil {
+			return err
+		}
+		verb := "signed in to"
+		if out.Created {
+			verb = "made"
+		}
+		fmt.Fprintf(stderr, "%s account %s; a new API key follows (shown once)\n", verb, out.AccountID)
+		fmt.Fprintf(stdout, "OPENAI_API_KEY=%s\n", out.APIKey)
+		return nil
+	case "deposit":
+		if fs.NArg() != 2 {
+			return errors.New("say how much: deposit 5")
+		}
+		if *rpcURL == "" {
+			return errors.New("set -rpc (C0MPUTE_RPC_URL) to the chain's JSON-RPC endpoint")
+		}
+		g.key = os.Getenv("OPENAI_API_KEY")
+		if g.key == "" {
+			return errors.New(`deposit needs the account's key in OPENAI_API_KEY: eval "$(c0mpute-wallet signin)" first`)
+		}
+		return deposit(ctx, g, rpc.New(*rpcURL), key, fs.Arg(1), stdout)
+	default:
+		return fmt.Errorf("unknown command %q: want signin or deposit", cmd)
+	}
+}
+
+// gateway is the c0mpute API.
+type gateway struct {
+	base, key string
+	client    *http.Client
+}
+
+// call posts body (JSON) to path and decodes the answer into out, or
+// returns the API's error message.
+func (g *gateway) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, g.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if g.key != "" {
+		req.Header.Set("Authorization", "Bearer "+g.key)
+	}
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Message, Code string } `json:"error"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+			return &apiError{status: resp.StatusCode, code: e.Error.Code, msg: e.Error.Message}
+		}
+		return fmt.Errorf("%s %s: HTTP %d", method, path, resp.StatusCode)
+	}
+	return json.Unmarshal(b, out)
+}
+
+type apiError struct {
+	status    int
+	code, msg string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+type signedIn struct {
+	AccountID string `json:"account_id"`
+	Created   bool   `json:"created"`
+	APIKey    string `json:"api_key"`
+}
+
+// signIn asks for a challenge, signs the message the wallet would show,
+// and trades it for a new API key.
+func (g *gateway) signIn(ctx context.Context, key solana.PrivateKey) (signedIn, error) {
+	wallet := key.PublicKey().String()
+	var in siws.Input
+	if err := g.call(ctx, http.MethodPost, "/auth/siws/challenge", map[string]string{"wallet": wallet}, &in); err != nil {
+		return signedIn{}, fmt.Errorf("sign-in challenge: %w", err)
+	}
+	in.Address = wallet
+	msg := siws.Message(in)
+	sig := ed25519.Sign(ed25519.PrivateKey(key), []byte(msg))
+	var out signedIn
+	err := g.call(ctx, http.MethodPost, "/auth/siws/verify",
+		map[string]string{"wallet": wallet, "message": msg, "signature": base58.Encode(sig)}, &out)
+	if err != nil {
+		return signedIn{}, fmt.Errorf("sign-in: %w", err)
+	}
+	return out, nil
+}
+
+type intent struct {
+	ID          string `json:"id"`
+	Recipient   string `json:"recipient"`
+	Mint        string `json:"mint"`
+	Reference   string `json:"reference"`
+	Memo        string `json:"memo"`
+	AmountUSDC  string `json:"amount_usdc"`
+	State       string `json:"state"`
+	Credits     int64  `json:"credits"`
+	CreditedNow *int64 `json:"credited_now"`
+}
+
+// deposit makes a deposit intent, pays it with a Solana Pay transfer
+// (TransferChecked to the treasury's USDC account, the reference a
+// read-only key of the transfer, the memo before it), waits for finality
+// and has the gateway verify it.
+func deposit(ctx context.Context, g *gateway, client *rpc.Client, key solana.PrivateKey, amount string, stdout io.Writer) error {
+	var d intent
+	if err := g.call(ctx, http.MethodPost, "/deposits", map[string]json.RawMessage{"amount_usdc": json.RawMessage(`"` + amount + `"`)}, &d); err != nil {
+		return fmt.Errorf("deposit: %w", err)
+	}
+	mint, err := solana.PublicKeyFromBase58(d.Mint)
+	if err != nil {
+		return fmt.Errorf("deposit %s: mint: %w", d.ID, err)
+	}
+	treasury, err := solana.PublicKeyFromBase58(d.Recipient)
+	if err != nil {
+		return fmt.Errorf("deposit %s: recipient: %w", d.ID, err)
+	}
+	ref, err := solana.PublicKeyFromBase58(d.Reference)
+	if err != nil {
+		return fmt.Errorf("deposit %s: reference: %w", d.ID, err)
+	}
+	units, err := usdcUnits(d.AmountUSDC)
+	if err != nil {
+		return err
+	}
+	memo, err := onchain.Memo(d.Memo)
+	if err != nil {
+		return err
+	}
+	owner := key.PublicKey()
+	transfer := onchain.TransferChecked(onchain.TokenProgram, onchain.ATA(owner, mint, onchain.TokenProgram), mint,
+		onchain.ATA(treasury, mint, onchain.TokenProgram), owner, units, onchain.USDCDecimals)
+	accounts := append(transfer.Accounts(), solana.Meta(ref))
+	data, err := transfer.Data()
+	if err != nil {
+		return err
+	}
+	c := chain.New(client)
+	bh, err := c.LatestBlockhash(ctx)
+	if err != nil {
+		return fmt.Errorf("deposit: blockhash: %w", err)
+	}
+	tx, err := solana.NewTransaction([]solana.Instruction{memo, solana.NewInstruction(transfer.ProgramID(), accounts, data)},
+		bh.Hash, solana.TransactionPayer(owner))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Sign(func(k solana.PublicKey) *solana.PrivateKey {
+		if k == owner {
+			return &key
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	sig, err := c.Send(ctx, tx)
+	if err != nil && errors.Is(err, chain.ErrPreflight) {
+		return fmt.Errorf("deposit: the transfer was refused (does the wallet hold %s USDC and a little SOL?): %w", d.AmountUSDC, err)
+	}
+	fmt.Fprintf(os.Stderr, "sent %s USDC to %s in %s; waiting for finality…\n", d.AmountUSDC, treasury, sig)
+	if o, err := c.Confirm(ctx, sig, bh.LastValidBlockHeight); err != nil || o != chain.Landed {
+		return fmt.Errorf("deposit: transfer %s: %v %v (if it lands, the gateway's sweep credits it)", sig, o, err)
+	}
+	for {
+		err = g.call(ctx, http.MethodPost, "/deposits/"+d.ID+"/verify", map[string]string{"signature": sig.String()}, &d)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.code != "not_finalized" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("deposit %s: verify: %w", d.ID, err)
+	}
+	var b struct {
+		Credits int64 `json:"credits"`
+	}
+	if err := g.call(ctx, http.MethodGet, "/balance", nil, &b); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "deposited %s USDC: %d credits added; balance %d credits\n", d.AmountUSDC, *d.CreditedNow, b.Credits)
+	return nil
+}
+
+// usdcUnits reads an exact decimal amount of USDC into base units.
+func usdcUnits(s string) (uint64, error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if len(frac) > onchain.USDCDecimals {
+		return 0, fmt.Errorf("amount %q has more than 6 decimals", s)
+	}
+	var w, f uint64
+	if _, err := fmt.Sscan(whole, &w); err != nil {
+		return 0, fmt.Errorf("amount %q: %w", s, err)
+	}
+	frac += strings.Repeat("0", onchain.USDCDecimals-len(frac))
+	if _, err := fmt.Sscan(frac, &f); err != nil {
+		return 0, fmt.Errorf("amount %q: %w", s, err)
+	}
+	return w*1_000_000 + f, nil
+}
