@@ -99,17 +99,16 @@ func (s *Server) offer(r *http.Request) (x402.Offer, error) {
 		FeePayer: s.topUps.FeePayer.PublicKey()}, nil
 }
 
-// paymentRequired answers 402 with the offer, in the header (v2) and the
-// body (v2's object; v1 clients read the body's x402Version 1 offer from
-// X-PAYMENT-less retries of older libraries, so it is v2 here and the
-// header is the contract).
+// paymentRequired answers 402 with the offer: v2's in the PAYMENT-REQUIRED
+// header, v1's in the body, so that clients of either version read theirs
+// (a v2 client reads the header first).
 func (s *Server) paymentRequired(w http.ResponseWriter, r *http.Request, o x402.Offer, why string) error {
 	req := x402.Required{X402Version: 2, Error: why,
 		Resource: x402.Resource{URL: s.resourceURL(r), Description: fmt.Sprintf("%s USDC of c0mpute credits", usdcDecimal(int64(o.Amount))),
 			MimeType: "application/json"},
 		Accepts: []x402.Requirements{o.Requirements(int(s.topUpWait().Seconds()))}}
 	w.Header().Set(x402.HeaderRequired, x402.Encode(req))
-	return writeJSON(w, http.StatusPaymentRequired, req)
+	return writeJSON(w, http.StatusPaymentRequired, req.RequiredV1())
 }
 
 // resourceURL is the URL the client called, as far as the request tells.

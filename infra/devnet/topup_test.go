@@ -216,11 +216,18 @@ type topUpAnswer struct {
 
 func postTopUp(t *testing.T, e *env, amount uint64, header string) topUpAnswer {
 	t.Helper()
+	return postTopUpAs(t, e, amount, x402.HeaderSignature, header)
+}
+
+// postTopUpAs sends the payment in the named header (v1's X-PAYMENT, or
+// v2's PAYMENT-SIGNATURE).
+func postTopUpAs(t *testing.T, e *env, amount uint64, name, header string) topUpAnswer {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, e.stack.APIURL+"/x402/top-up?amount="+usdc(amount), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(x402.HeaderSignature, header)
+	req.Header.Set(name, header)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +237,11 @@ func postTopUp(t *testing.T, e *env, amount uint64, header string) topUpAnswer {
 	a.status = resp.StatusCode
 	b, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(b, &a.body)
-	if h := resp.Header.Get(x402.HeaderResponse); h != "" {
+	h := resp.Header.Get(x402.HeaderResponse)
+	if name == x402.HeaderV1Payment {
+		h = resp.Header.Get(x402.HeaderV1Response)
+	}
+	if h != "" {
 		raw, _ := base64.StdEncoding.DecodeString(h)
 		_ = json.Unmarshal(raw, &a.settled)
 	}
@@ -344,6 +355,41 @@ func TestX402TopUpFaults(t *testing.T) {
 			})
 		}
 	}
+
+	t.Run("v1 client", func(t *testing.T) {
+		deposits, topUps := chain.options(t, 10*time.Second)
+		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		// v1 reads the offer from the body.
+		resp := e.do(http.MethodPost, "/v1/x402/top-up?amount=1", "", nil)
+		var offer struct {
+			X402Version int `json:"x402Version"`
+			Accepts     []struct {
+				Network           string `json:"network"`
+				MaxAmountRequired string `json:"maxAmountRequired"`
+				PayTo             string `json:"payTo"`
+			} `json:"accepts"`
+		}
+		err := json.NewDecoder(resp.Body).Decode(&offer)
+		resp.Body.Close()
+		if err != nil || offer.X402Version != 1 || len(offer.Accepts) != 1 || offer.Accepts[0].Network != "solana-devnet" ||
+			offer.Accepts[0].MaxAmountRequired != "1000000" || offer.Accepts[0].PayTo != cfg.Treasury.String() {
+			t.Fatalf("v1 offer %+v (%v)", offer, err)
+		}
+		agent := newAgent(amount)
+		var v2 struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		raw, _ := base64.StdEncoding.DecodeString(chain.payment(t, e, agent, amount))
+		if err := json.Unmarshal(raw, &v2); err != nil {
+			t.Fatal(err)
+		}
+		v1, _ := json.Marshal(map[string]any{"x402Version": 1, "scheme": "exact", "network": "solana-devnet", "payload": v2.Payload})
+		a := postTopUpAs(t, e, amount, x402.HeaderV1Payment, base64.StdEncoding.EncodeToString(v1))
+		if a.status != http.StatusOK || a.body.CreditedNow != 100 || !a.settled.Success || a.settled.Payer != agent.PublicKey().String() {
+			t.Fatalf("v1 payment: %d %+v %+v %q", a.status, a.body, a.settled, a.reason)
+		}
+		credited(e, agent, "v1 client")
+	})
 
 	t.Run("send answer lost", func(t *testing.T) {
 		deposits, topUps := chain.options(t, 10*time.Second)
