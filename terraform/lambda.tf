@@ -88,18 +88,14 @@ resource "aws_lambda_function" "api" {
 
 # API Gateway HTTP APIs cannot stream; a Function URL in RESPONSE_STREAM
 # mode can (lambdaurl.Start answers in that mode). Authentication is the
-# API's own (API keys in the store), so the URL itself is public.
+# API's own (API keys in the store), so the URL itself is public. CORS is
+# the API's own too (functions/cors, from cors_origins, off by default):
+# a cors block here would answer preflights for every origin and override
+# the API's headers.
 resource "aws_lambda_function_url" "api" {
   function_name      = aws_lambda_function.api.function_name
   authorization_type = "NONE"
   invoke_mode        = "RESPONSE_STREAM"
-
-  cors {
-    allow_origins = ["*"]
-    allow_methods = ["GET", "POST"]
-    allow_headers = ["authorization", "content-type", "openai-organization", "openai-project"]
-    max_age       = 3600
-  }
 }
 
 # A public Function URL needs both statements: InvokeFunctionUrl for the

@@ -702,3 +702,18 @@ func tofu() (string, string) {
 	}
 	return p, ""
 }
+
+// TestCORSIsTheAPIs: the Function URL has no CORS configuration of its own,
+// which would answer every origin's preflight and override the API's
+// headers: CORS follows cors_origins, through the API (off by default).
+func TestCORSIsTheAPIs(t *testing.T) {
+	c := load(t)
+	url := mustBlock(t, c, "resource", "aws_lambda_function_url", "api")
+	if cs := children(url, "cors"); len(cs) != 0 {
+		t.Errorf("the API's Function URL has a cors block: CORS belongs to the API (C0MPUTE_CORS_ORIGINS)")
+	}
+	fn := mustBlock(t, c, "resource", "aws_lambda_function", "api")
+	if !slices.Contains(objectKeys(t, child(t, fn, "environment"), "variables"), lambdaenv.EnvCORSOrigins) {
+		t.Errorf("the API function does not get %s", lambdaenv.EnvCORSOrigins)
+	}
+}

@@ -14,7 +14,7 @@ const corsMaxAge = "600"
 
 // exposed are the response headers a browser client may read.
 const exposed = "x-request-id, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests, " +
-	"retry-after, x-c0mpute-cost-credits, x-balance-remaining"
+	"retry-after, x-c0mpute-cost-credits, x-balance-remaining, payment-required, payment-response, x-payment-response"
 
 // Handler wraps next for origins: the answer names the calling origin (or
 // * when every origin is allowed), and a preflight (OPTIONS with
