@@ -109,6 +109,9 @@ func (s *Server) depositJSON(d store.Deposit) depositJSON {
 	}
 	if d.Kind == store.DepositX402 {
 		out.Kind, out.Transaction, out.Reference, out.Memo = "x402", d.Reference, "", ""
+		if d.State == store.DepositPending && s.now().Sub(d.Created) > topUpSweepAge {
+			out.State = "expired" // its transaction never landed, or failed
+		}
 		return out
 	}
 	q.Set("spl-token", out.Mint)
@@ -286,45 +289,67 @@ func (s *Server) SweepDeposits(ctx context.Context) (int, error) {
 	if s.deposits == nil || s.deposits.Lister == nil {
 		return 0, nil
 	}
-	ds, err := s.store.OpenDeposits(ctx, s.now().Add(-depositSweepAge), 1000)
-	if err != nil {
-		return 0, fmt.Errorf("sweep deposits: %w", err)
-	}
 	credited := 0
 	limit := store.MaxDepositSignatures
-	for _, d := range ds {
-		if d.Kind == store.DepositX402 {
-			// A top-up names its one transaction: credit it if it
-			// landed (a pending one is one whose answer was lost).
-			if sig, err := solana.SignatureFromBase58(d.Reference); err == nil && d.State == store.DepositPending {
-				if n, _, err := s.creditTopUp(ctx, d, sig); err == nil && n > 0 {
+	// Page through the week's intents, oldest first, so that a busy week
+	// (more than one page) never hides the newest.
+	since := s.now().Add(-depositSweepAge)
+	for range maxSweepPages {
+		ds, err := s.store.OpenDeposits(ctx, since, store.MaxDeposits)
+		if err != nil {
+			return credited, fmt.Errorf("sweep deposits: %w", err)
+		}
+		for _, d := range ds {
+			if d.Kind == store.DepositX402 {
+				// A top-up names its one transaction: credit it if it
+				// landed (a pending one is one whose answer was lost),
+				// while it still can.
+				if sig, err := solana.SignatureFromBase58(d.Reference); err == nil && d.State == store.DepositPending &&
+					s.now().Sub(d.Created) < topUpSweepAge {
+					if n, _, err := s.creditTopUp(ctx, d, sig); err == nil && n > 0 {
+						credited++
+					}
+				}
+				continue
+			}
+			ref, err := solana.PublicKeyFromBase58(d.Reference)
+			if err != nil {
+				continue
+			}
+			sigs, err := s.deposits.Lister.GetSignaturesForAddressWithOpts(ctx, ref, &rpc.GetSignaturesForAddressOpts{
+				Limit: &limit, Commitment: rpc.CommitmentFinalized})
+			if err != nil {
+				return credited, fmt.Errorf("sweep deposits: transfers of %s: %w", d.ID, err)
+			}
+			for _, ts := range sigs {
+				if ts == nil || ts.Err != nil || slices.Contains(d.Signatures, ts.Signature.String()) {
+					continue
+				}
+				n, _, err := s.creditTransfer(ctx, d, ts.Signature)
+				if err != nil {
+					s.log.Info("sweep: transfer not credited", "deposit", d.ID, "signature", ts.Signature.String(), "why", err)
+					continue
+				}
+				if n > 0 {
 					credited++
 				}
 			}
-			continue
 		}
-		ref, err := solana.PublicKeyFromBase58(d.Reference)
-		if err != nil {
-			continue
+		if len(ds) < store.MaxDeposits || !ds[len(ds)-1].Created.After(since) {
+			return credited, nil
 		}
-		sigs, err := s.deposits.Lister.GetSignaturesForAddressWithOpts(ctx, ref, &rpc.GetSignaturesForAddressOpts{
-			Limit: &limit, Commitment: rpc.CommitmentFinalized})
-		if err != nil {
-			return credited, fmt.Errorf("sweep deposits: transfers of %s: %w", d.ID, err)
-		}
-		for _, ts := range sigs {
-			if ts == nil || ts.Err != nil || slices.Contains(d.Signatures, ts.Signature.String()) {
-				continue
-			}
-			n, _, err := s.creditTransfer(ctx, d, ts.Signature)
-			if err != nil {
-				s.log.Info("sweep: transfer not credited", "deposit", d.ID, "signature", ts.Signature.String(), "why", err)
-				continue
-			}
-			if n > 0 {
-				credited++
-			}
-		}
+		// The next page starts at the last intent's time: intents made
+		// in the same nanosecond are swept twice, which credits nothing
+		// twice.
+		since = ds[len(ds)-1].Created
 	}
 	return credited, nil
 }
+
+// maxSweepPages bounds one sweep's pages of intents.
+const maxSweepPages = 20
+
+// topUpSweepAge is how long after its intent the sweep looks for a
+// top-up's transaction: it lands within topUpLanding or never, and is
+// finalized seconds later; the margin covers a sweep that runs late.
+const topUpSweepAge = 10 * time.Minute

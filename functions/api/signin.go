@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/mr-tron/base58"
 
@@ -149,7 +150,7 @@ func (s *Server) verifySignIn(w http.ResponseWriter, r *http.Request) error {
 
 func signInFailed(why string) *oaiwire.Error {
 	return &oaiwire.Error{Status: http.StatusUnauthorized, Type: oaiwire.TypeInvalidRequest, Code: "invalid_sign_in",
-		Message: "Sign-in refused: " + why + "."}
+		Message: "Sign-in refused: " + strings.TrimPrefix(why, "siws: ") + "."}
 }
 
 // parts are the signed message, the signature and the public key of either

@@ -45,11 +45,11 @@ type TopUpChain interface {
 }
 
 // Top-up bounds, in USDC base units: a whole number of credits, at least
-// ten cents (the fee payer spends about a tenth of a cent per top-up),
-// at most ten thousand dollars. The official client pays at most $1 a
-// payment unless its user raises the cap.
+// one dollar (the fee payer spends at most x402.MaxFeeLamports on one,
+// about 0.4% of it at $200 a SOL; the official client pays $1 a payment
+// unless its user raises its cap), at most ten thousand dollars.
 const (
-	minTopUp = 100_000
+	minTopUp = 1_000_000
 	maxTopUp = 10_000_000_000
 )
 
@@ -62,8 +62,9 @@ type topUpJSON struct {
 	Object    string `json:"object"`
 	AccountID string `json:"account_id"`
 	Wallet    string `json:"wallet"`
-	// State is credited, or pending when the transfer landed but was not
-	// finalized in time (the sweep credits it).
+	// State is credited; pending when the transfer was sent but not
+	// finalized in time (the sweep credits it if it lands); expired when
+	// it can no longer land.
 	State       string `json:"state"`
 	Transaction string `json:"transaction"`
 	AmountUSDC  string `json:"amount_usdc"`
@@ -167,11 +168,20 @@ func (s *Server) topUp(w http.ResponseWriter, r *http.Request) error {
 	ctx := context.WithoutCancel(r.Context()) // a client that hangs up must not leave a send half done
 	intent := store.Deposit{ID: "x402_" + sig.String(), AccountID: t.Payer.String(), Kind: store.DepositX402, Reference: sig.String(),
 		AmountUSDC: int64(t.Amount), Created: s.now(), Updated: s.now()}
+	// created: this call wrote the intent, so it is the one that moves
+	// the money. Only it may issue a key: a payment's bytes are public
+	// once it lands (anyone can copy them off the chain and blank the fee
+	// payer's signature), so presenting them again proves nothing.
+	created := false
 	d, err := s.store.GetDeposit(ctx, intent.AccountID, intent.ID)
 	switch {
 	case err == nil && d.State == store.DepositCredited:
 		// Settled before: answer as then, crediting nothing.
-		return s.topUpSettled(w, r, version, o, t, d, 0)
+		return s.topUpSettled(w, r, version, o, t, d, 0, false)
+	case err == nil && s.now().Sub(d.Created) > topUpLanding:
+		// Its blockhash has expired: it landed (and the sweep credits it)
+		// or it never will. Nothing to send or wait for.
+		return s.topUpSettled(w, r, version, o, t, d, 0, false)
 	case err == nil:
 		// Written by an earlier try that may not have sent it: send again
 		// (a cluster takes one transaction once).
@@ -189,10 +199,23 @@ func (s *Server) topUp(w http.ResponseWriter, r *http.Request) error {
 			}
 			break
 		}
+		busy, mine, err := s.settlingTopUp(ctx, intent)
+		if err != nil {
+			return err
+		}
+		if mine {
+			break // a concurrent try of this payment wrote it: go on with it
+		}
+		if busy {
+			return refuse("settlement_pending", errors.New("another top-up from this wallet is settling: retry when it is done (a minute at most)"))
+		}
 		if err := s.store.CreateAccount(ctx, store.Account{ID: intent.AccountID, Wallet: intent.AccountID, CreatedAt: s.now()}); err != nil && !errors.Is(err, store.ErrExists) {
 			return err
 		}
-		if err := s.store.PutDeposit(ctx, intent); err != nil && !errors.Is(err, store.ErrExists) {
+		switch err := s.store.PutDeposit(ctx, intent); {
+		case err == nil:
+			created = true
+		case !errors.Is(err, store.ErrExists):
 			return err
 		}
 	default:
@@ -205,10 +228,41 @@ func (s *Server) topUp(w http.ResponseWriter, r *http.Request) error {
 		s.log.Warn("x402 top-up: send failed", "account", intent.AccountID, "transaction", sig.String(), "err", err)
 	}
 	n, d, err := s.awaitTopUp(ctx, intent, sig)
+	if errors.Is(err, deposit.ErrFailed) {
+		// Landed and failed (the payer's funds moved after the
+		// simulation): nothing was credited, and nothing will be.
+		return refuse("transaction_failed", errors.New("the transfer failed on-chain: nothing was credited"))
+	}
 	if err != nil {
 		return err
 	}
-	return s.topUpSettled(w, r, version, o, t, d, n)
+	return s.topUpSettled(w, r, version, o, t, d, n, created)
+}
+
+// topUpLanding is how long after its intent a top-up's transaction can
+// still land: its blockhash lives about 150 blocks (60 to 90 s). Past it
+// a pending intent landed or never will, and the sweep stops looking.
+const topUpLanding = 3 * time.Minute
+
+// settlingTopUp reports whether the payer has another top-up still
+// settling (busy), or this one already (mine: written by a concurrent try
+// of the same payment). A wallet pays one top-up at a time, so that
+// payments made to fail after their simulation (funds moved away
+// meanwhile) cost the fee payer one fee at a time, not one per request.
+func (s *Server) settlingTopUp(ctx context.Context, intent store.Deposit) (busy, mine bool, err error) {
+	ds, err := s.store.ListDeposits(ctx, intent.AccountID, maxOpenDeposits+1)
+	if err != nil {
+		return false, false, err
+	}
+	for _, d := range ds {
+		switch {
+		case d.ID == intent.ID:
+			return false, true, nil
+		case d.Kind == store.DepositX402 && d.State == store.DepositPending && s.now().Sub(d.Created) < topUpLanding:
+			busy = true
+		}
+	}
+	return busy, false, nil
 }
 
 // alreadyLanded is a send refused because the transaction is there
@@ -260,7 +314,7 @@ func (s *Server) awaitTopUp(ctx context.Context, intent store.Deposit, sig solan
 				d = intent
 			}
 			return 0, d, nil
-		case <-time.After(400 * time.Millisecond):
+		case <-time.After(time.Second):
 		}
 	}
 }
@@ -285,20 +339,27 @@ func (s *Server) creditTopUp(ctx context.Context, intent store.Deposit, sig sola
 }
 
 // topUpSettled answers a top-up: 200 with PAYMENT-RESPONSE once credited,
-// 202 while the transfer is not finalized. A caller that did not show one
-// of the account's keys gets a new one: the payment is signed by the
-// wallet, which proves it holds it as a sign-in does.
-func (s *Server) topUpSettled(w http.ResponseWriter, r *http.Request, version int, o x402.Offer, t x402.Transfer, d store.Deposit, n int64) error {
+// 202 while the transfer is not finalized. The call that settled the
+// payment (created), if it did not show one of the account's keys, gets a
+// new one: the wallet signed a transfer nobody had seen, which proves it
+// holds the wallet as a sign-in does. Any other call (a retry, a replay)
+// gets none: sign in for one.
+func (s *Server) topUpSettled(w http.ResponseWriter, r *http.Request, version int, o x402.Offer, t x402.Transfer, d store.Deposit, n int64, created bool) error {
 	out := topUpJSON{Object: "x402_top_up", AccountID: d.AccountID, Wallet: t.Payer.String(), State: string(d.State),
 		Transaction: d.Reference, AmountUSDC: usdcDecimal(int64(t.Amount)), CreditedNow: n, Credits: d.Credits}
 	status := http.StatusOK
+	settlement := x402.Settlement{Success: true, Payer: t.Payer.String(), Transaction: d.Reference, Network: o.Network, Amount: fmt.Sprint(t.Amount)}
 	if d.State != store.DepositCredited {
 		status, out.State = http.StatusAccepted, "pending"
+		settlement.Success, settlement.ErrorReason = false, "settlement_pending"
+		if s.now().Sub(d.Created) > topUpSweepAge {
+			out.State = "expired"
+		}
 	}
 	if acct, err := s.store.GetAccount(r.Context(), d.AccountID); err == nil {
 		out.Balance = &acct.Credits
 	}
-	if !s.holdsKeyOf(r, d.AccountID) {
+	if created && !s.holdsKeyOf(r, d.AccountID) {
 		secret, hash, id := credential.New(credential.APIKeyPrefix)
 		key := store.Secret{Hash: hash, ID: id, AccountID: d.AccountID, CreatedAt: s.now(), Name: topUpKeyName}
 		err := s.store.PutAPIKey(r.Context(), key)
@@ -311,8 +372,7 @@ func (s *Server) topUpSettled(w http.ResponseWriter, r *http.Request, version in
 			s.log.Warn("x402 top-up: no key issued", "account", d.AccountID, "err", err)
 		}
 	}
-	s.settled(w, version, x402.Settlement{Success: true, Payer: t.Payer.String(), Transaction: d.Reference,
-		Network: o.Network, Amount: fmt.Sprint(t.Amount)})
+	s.settled(w, version, settlement)
 	return writeJSON(w, status, out)
 }
 

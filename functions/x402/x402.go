@@ -70,14 +70,21 @@ func Network(cluster string) (string, error) {
 	return "", fmt.Errorf("x402: unknown Solana cluster %q: want mainnet, devnet or testnet", cluster)
 }
 
-// Limits of what a fee payer co-signs.
+// Limits of what a fee payer co-signs. Its cost is 5,000 lamports per
+// signature plus the priority fee, charged on the compute limit asked for
+// (not used): these caps hold a top-up's fee to MaxFeeLamports.
 const (
-	// MaxMicroLamportsPerCU is the scheme's cap on the priority price (5
-	// lamports per compute unit).
-	MaxMicroLamportsPerCU = 5_000_000
+	// MaxMicroLamportsPerCU caps the priority price: 0.1 lamport per
+	// compute unit (the scheme allows 5; the official client asks 1
+	// micro-lamport).
+	MaxMicroLamportsPerCU = 100_000
 	// MaxComputeUnits caps the compute limit: a TransferChecked and a memo
-	// take under 30,000; the official client asks 20,000.
-	MaxComputeUnits = 200_000
+	// take under 30,000, a wallet's Lighthouse assertions a few thousand
+	// more; the official client asks 20,000.
+	MaxComputeUnits = 60_000
+	// MaxFeeLamports is the most a co-signed transaction costs its fee
+	// payer.
+	MaxFeeLamports = MaxSigners*5_000 + MaxComputeUnits*MaxMicroLamportsPerCU/1_000_000
 	// MaxSigners is the fee payer, the transfer's authority and one more
 	// (a wallet that co-signs).
 	MaxSigners = 3

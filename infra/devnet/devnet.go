@@ -73,6 +73,9 @@ type Config struct {
 	// TopUps, when set (with Deposits), takes x402 top-ups into the same
 	// treasury.
 	TopUps *api.TopUps
+	// ManualSweep turns the periodic deposit sweep off: a test that counts
+	// what SweepDeposits credits runs it itself.
+	ManualSweep bool
 	// Canaries, when set, runs the canary runner in the API process
 	// (functions/canary) with these settings; Store, Gateway, Catalog,
 	// Secret and Log are the stack's.
@@ -280,7 +283,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.apiSrv = cfg.Timeouts.apiServer(a, cfg.Limits.Job)
 	s.api = a
 	go func() { s.serveErrs <- serve(s.apiSrv, apiLn) }()
-	if cfg.Deposits != nil {
+	if cfg.Deposits != nil && !cfg.ManualSweep {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopSweep = cancel
 		go s.sweepDeposits(ctx, log.With("component", "deposit-sweep"))

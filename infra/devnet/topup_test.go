@@ -412,9 +412,20 @@ func TestX402TopUpFaults(t *testing.T) {
 		a := postTopUp(t, e, amount, pay)
 		chain.Finalize(t)
 		chain.HoldFinality(t, false)
-		if a.status != http.StatusAccepted || a.body.State != "pending" || a.body.CreditedNow != 0 || !a.settled.Success {
-			t.Fatalf("want 202 pending: %d %+v", a.status, a.body)
+		if a.status != http.StatusAccepted || a.body.State != "pending" || a.body.CreditedNow != 0 ||
+			a.settled.Success || a.settled.ErrorReason != "settlement_pending" || a.body.APIKey == "" {
+			t.Fatalf("want 202 pending, with a key (this call moved the money): %d %+v %+v", a.status, a.body, a.settled)
 		}
+		// A wallet pays one top-up at a time: another payment while this
+		// one settles is refused, and moves nothing.
+		// Enough for a second one (amount+1: the same mint again would be
+		// the same transaction, which the chain takes once).
+		chain.MintTo(t, cfg.USDCMint, onchain.TokenProgram, agent.PublicKey(), amount+1)
+		if b := postTopUp(t, e, amount, chain.payment(t, e, agent, amount)); b.status != http.StatusPaymentRequired ||
+			b.settled.ErrorReason != "settlement_pending" || !strings.Contains(b.reason, "another top-up") {
+			t.Fatalf("a second top-up while one settles: %d %+v %q", b.status, b.settled, b.reason)
+		}
+
 		if n, err := e.stack.SweepDeposits(context.Background()); err != nil || n != 1 {
 			t.Fatalf("sweep credited %d (%v), want 1", n, err)
 		}
@@ -438,17 +449,57 @@ func TestX402TopUpFaults(t *testing.T) {
 			wg.Go(func() { answers[i] = postTopUp(t, e, amount, pay) })
 		}
 		wg.Wait()
-		total := int64(0)
+		total, keys := int64(0), 0
 		for i, a := range answers {
 			if a.status != http.StatusOK {
 				t.Errorf("try %d: %d %+v", i, a.status, a.body)
 			}
 			total += a.body.CreditedNow
+			if a.body.APIKey != "" {
+				keys++
+			}
 		}
-		if total != 100 {
-			t.Errorf("the tries credited %d in all, want 100", total)
+		if total != 100 || keys != 1 {
+			t.Errorf("the tries credited %d in all and got %d keys, want 100 and 1 (the try that settled it)", total, keys)
 		}
 		credited(e, agent, "eight at once")
+	})
+
+	t.Run("replays get no key", func(t *testing.T) {
+		deposits, topUps := chain.options(t, 10*time.Second)
+		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		agent := newAgent(amount)
+		pay := chain.payment(t, e, agent, amount)
+		first := postTopUp(t, e, amount, pay)
+		if first.status != http.StatusOK || first.body.APIKey == "" {
+			t.Fatalf("first: %d %+v", first.status, first.body)
+		}
+		credited(e, agent, "replays")
+		// The payment again, and the landed transaction copied off the
+		// chain with the fee payer's signature blanked: anyone can make
+		// both, so neither may yield a key.
+		landed, err := chain.RPC.GetTransaction(context.Background(), solana.MustSignatureFromBase58(first.body.Transaction),
+			&rpc.GetTransactionOpts{Encoding: solana.EncodingBase64, MaxSupportedTransactionVersion: new(uint64(0))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wire := landed.Transaction.GetBinary()
+		copy(wire[1:65], make([]byte, 64))
+		var orig struct {
+			Accepted x402.Requirements `json:"accepted"`
+		}
+		raw, _ := base64.StdEncoding.DecodeString(pay)
+		_ = json.Unmarshal(raw, &orig)
+		body, _ := json.Marshal(map[string]any{"x402Version": 2, "accepted": orig.Accepted,
+			"payload": map[string]string{"transaction": base64.StdEncoding.EncodeToString(wire)}})
+		for name, h := range map[string]string{"the payment again": pay, "copied off the chain": base64.StdEncoding.EncodeToString(body)} {
+			a := postTopUp(t, e, amount, h)
+			if a.status != http.StatusOK || a.body.APIKey != "" || a.body.CreditedNow != 0 {
+				t.Errorf("%s: %d %+v, want 200, nothing credited, no key", name, a.status, a.body)
+			}
+		}
+		treasury -= amount // credited adds the payment again: it is the same one
+		credited(e, agent, "after the replays")
 	})
 
 	t.Run("refused payments", func(t *testing.T) {
