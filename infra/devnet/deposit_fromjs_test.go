@@ -2,18 +2,12 @@ package devnet_test
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/gagliardetto/solana-go"
 
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/store"
-	"github.com/c0mpute/c0mpute/infra/testenv"
 	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/deposit"
 	"github.com/c0mpute/c0mpute/onchain/svmtest"
@@ -33,16 +27,7 @@ import (
 // the account holds exactly the two credited deposits, once each, less one
 // completion.
 func TestDepositFromJS(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Missing(t, "node", "no node on PATH")
-	}
-	dir := filepath.Join(moduleRoot(t), "infra", "sdktest", "node")
-	for _, pkg := range []string{"@solana/pay", "@solana/kit", "@solana/web3.js", "@solana/wallet-standard-util", "tweetnacl", "openai"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			testenv.Missing(t, "the npm package "+pkg, "run scripts/test (npm ci in infra/sdktest/node)")
-		}
-	}
+	node, dir := nodeHarness(t, "@solana/pay", "@solana/kit", "@solana/web3.js", "@solana/wallet-standard-util", "tweetnacl", "openai")
 	chain := svmtest.NewEnv(t)
 	cfg := chain.Config
 	const funded = 10_000_000 // 10 USDC
@@ -58,26 +43,8 @@ func TestDepositFromJS(t *testing.T) {
 		Verifier: verifier, Lister: chain.RPC, Label: "c0mpute"}})
 	e.ollamaWorker()
 
-	keyBytes := make([]int, len(user)) // solana-keygen's form: numbers, not base64
-	for i, b := range user {
-		keyBytes[i] = int(b)
-	}
-	keyJSON, _ := json.Marshal(keyBytes)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", "deposit.test.mjs")
-	cmd.Dir = dir
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(withoutOpenAIEnv(os.Environ()), "C0MPUTE_API="+e.stack.APIURL, "C0MPUTE_RPC_URL="+chain.URL,
-		"C0MPUTE_WALLET_KEY="+string(keyJSON), "C0MPUTE_ELSEWHERE="+elsewhere.String(), "C0MPUTE_MODEL="+tinyModel,
-		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
-	out, err := cmd.CombinedOutput()
-	if pass, fail := tapCount(out, "pass"), tapCount(out, "fail"); err != nil || fail != 0 || pass != 5 {
-		t.Fatalf("node --test deposit.test.mjs: %v; pass %d (want 5), fail %d; output:\n%s", err, pass, fail, out)
-	}
-	if testing.Verbose() {
-		t.Logf("node --test deposit.test.mjs:\n%s", out)
-	}
+	runNodeTest(t, node, dir, "deposit.test.mjs", 5, "C0MPUTE_API="+e.stack.APIURL, "C0MPUTE_RPC_URL="+chain.URL,
+		"C0MPUTE_WALLET_KEY="+keypairJSON(user), "C0MPUTE_ELSEWHERE="+elsewhere.String(), "C0MPUTE_MODEL="+tinyModel)
 
 	// The chain: 2.5 + 1.5 USDC credited and 1 USDC paid without the
 	// reference reached the treasury; 1 USDC went elsewhere.

@@ -1,25 +1,19 @@
 package devnet_test
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mr-tron/base58"
 
 	"github.com/c0mpute/c0mpute/functions/siws"
 	"github.com/c0mpute/c0mpute/functions/store"
-	"github.com/c0mpute/c0mpute/infra/testenv"
 )
 
 // postJSON sends a JSON body without a key and decodes the answer.
@@ -175,25 +169,7 @@ func TestSignInWithSolana(t *testing.T) {
 // keypair, the Wallet Standard's reference message builder and verifier,
 // tweetnacl's signature.
 func TestSignInFromJS(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Missing(t, "node", "no node on PATH")
-	}
-	dir := filepath.Join(moduleRoot(t), "infra", "sdktest", "node")
-	for _, pkg := range []string{"tweetnacl", "@solana/web3.js", "@solana/wallet-standard-util", "bs58"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			testenv.Missing(t, "the npm package "+pkg, "run scripts/test (npm ci in infra/sdktest/node)")
-		}
-	}
+	node, dir := nodeHarness(t, "tweetnacl", "@solana/web3.js", "@solana/wallet-standard-util", "bs58")
 	e := newEnv(t, envOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", "signin.test.mjs")
-	cmd.Dir = dir
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(os.Environ(), "C0MPUTE_API="+e.stack.APIURL, "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
-	out, err := cmd.CombinedOutput()
-	if pass, fail := tapCount(out, "pass"), tapCount(out, "fail"); err != nil || fail != 0 || pass < 3 {
-		t.Fatalf("node --test signin.test.mjs: %v; pass %d (want 3), fail %d; output:\n%s", err, pass, fail, out)
-	}
+	runNodeTest(t, node, dir, "signin.test.mjs", 3, "C0MPUTE_API="+e.stack.APIURL)
 }

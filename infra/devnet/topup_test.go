@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +20,6 @@ import (
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/functions/x402"
-	"github.com/c0mpute/c0mpute/infra/testenv"
 	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/deposit"
 	"github.com/c0mpute/c0mpute/onchain/svmtest"
@@ -62,16 +58,7 @@ func (c *topUpChain) options(t *testing.T, wait time.Duration) (*api.Deposits, *
 // one transfer of 2.5 USDC to the treasury, the fee paid by our fee
 // payer, and the agent's ledger one deposit of 250 credits.
 func TestX402TopUp(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Missing(t, "node", "no node on PATH")
-	}
-	dir := filepath.Join(moduleRoot(t), "infra", "sdktest", "node")
-	for _, pkg := range []string{"@x402/fetch", "@x402/svm", "@solana/kit", "openai"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			testenv.Missing(t, "the npm package "+pkg, "run scripts/test (npm ci in infra/sdktest/node)")
-		}
-	}
+	node, dir := nodeHarness(t, "@x402/fetch", "@x402/svm", "@solana/kit", "openai")
 	chain := newTopUpChain(t)
 	cfg := chain.Config
 	agent := svmtest.NewKey(t)
@@ -81,23 +68,8 @@ func TestX402TopUp(t *testing.T) {
 	e.ollamaWorker()
 	feeBefore := balanceOf(t, chain, chain.feePayer.PublicKey())
 
-	keyBytes := make([]int, len(agent)) // solana-keygen's form: numbers, not base64
-	for i, b := range agent {
-		keyBytes[i] = int(b)
-	}
-	keyJSON, _ := json.Marshal(keyBytes)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", "x402.test.mjs")
-	cmd.Dir = dir
-	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(os.Environ(), "C0MPUTE_API="+e.stack.APIURL, "C0MPUTE_RPC_URL="+chain.URL,
-		"C0MPUTE_AGENT_KEY="+string(keyJSON), "C0MPUTE_MODEL="+tinyModel,
-		"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
-	out, err := cmd.CombinedOutput()
-	if pass, fail := tapCount(out, "pass"), tapCount(out, "fail"); err != nil || fail != 0 || pass < 3 {
-		t.Fatalf("node --test x402.test.mjs: %v; pass %d (want 3), fail %d; output:\n%s", err, pass, fail, out)
-	}
+	runNodeTest(t, node, dir, "x402.test.mjs", 3, "C0MPUTE_API="+e.stack.APIURL, "C0MPUTE_RPC_URL="+chain.URL,
+		"C0MPUTE_AGENT_KEY="+keypairJSON(agent), "C0MPUTE_MODEL="+tinyModel)
 
 	if got := chain.TokenBalance(t, cfg.TreasuryUSDC()); got != 2_500_000 {
 		t.Errorf("treasury holds %d USDC units, want 2500000 (one top-up)", got)
