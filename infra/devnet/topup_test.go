@@ -297,6 +297,13 @@ func TestX402TopUpFaults(t *testing.T) {
 		}
 	}
 
+	// gateway is a fresh gateway on the chain whose top-ups wait that
+	// long for finality.
+	gateway := func(t *testing.T, wait time.Duration) *env {
+		deposits, topUps := chain.options(t, wait)
+		return newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+	}
+
 	for _, method := range []string{"CreateAccount", "PutDeposit", "CreditDeposit", "PutAPIKey"} {
 		for _, after := range []bool{false, true} {
 			t.Run(fmt.Sprintf("crash at %s, after=%v", method, after), func(t *testing.T) {
@@ -329,8 +336,7 @@ func TestX402TopUpFaults(t *testing.T) {
 	}
 
 	t.Run("v1 client", func(t *testing.T) {
-		deposits, topUps := chain.options(t, 10*time.Second)
-		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		e := gateway(t, 10*time.Second)
 		// v1 reads the offer from the body.
 		resp := e.do(http.MethodPost, "/v1/x402/top-up?amount=1", "", nil)
 		var offer struct {
@@ -364,8 +370,7 @@ func TestX402TopUpFaults(t *testing.T) {
 	})
 
 	t.Run("send answer lost", func(t *testing.T) {
-		deposits, topUps := chain.options(t, 10*time.Second)
-		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		e := gateway(t, 10*time.Second)
 		agent := newAgent(amount)
 		pay := chain.payment(t, e, agent, amount)
 		chain.LoseResponses(t, 1)
@@ -376,8 +381,7 @@ func TestX402TopUpFaults(t *testing.T) {
 	})
 
 	t.Run("not finalized in time, then swept", func(t *testing.T) {
-		deposits, topUps := chain.options(t, 300*time.Millisecond)
-		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		e := gateway(t, 300*time.Millisecond)
 		agent := newAgent(amount)
 		pay := chain.payment(t, e, agent, amount)
 		chain.HoldFinality(t, true)
@@ -411,8 +415,7 @@ func TestX402TopUpFaults(t *testing.T) {
 	})
 
 	t.Run("eight at once", func(t *testing.T) {
-		deposits, topUps := chain.options(t, 10*time.Second)
-		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		e := gateway(t, 10*time.Second)
 		agent := newAgent(amount)
 		pay := chain.payment(t, e, agent, amount)
 		var wg sync.WaitGroup
@@ -438,8 +441,7 @@ func TestX402TopUpFaults(t *testing.T) {
 	})
 
 	t.Run("replays get no key", func(t *testing.T) {
-		deposits, topUps := chain.options(t, 10*time.Second)
-		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		e := gateway(t, 10*time.Second)
 		agent := newAgent(amount)
 		pay := chain.payment(t, e, agent, amount)
 		first := postTopUp(t, e, amount, pay)
@@ -475,8 +477,7 @@ func TestX402TopUpFaults(t *testing.T) {
 	})
 
 	t.Run("refused payments", func(t *testing.T) {
-		deposits, topUps := chain.options(t, 10*time.Second)
-		e := newEnv(t, envOptions{deposits: deposits, topUps: topUps})
+		e := gateway(t, 10*time.Second)
 		fee := balanceOf(t, chain, chain.feePayer.PublicKey())
 		poor := newAgent(amount - 1) // cannot cover it: the simulation fails
 		a := postTopUp(t, e, amount, chain.payment(t, e, poor, amount))
