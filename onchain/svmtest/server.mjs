@@ -9,7 +9,9 @@
 // transaction landed, blocks passing, the clock).
 //
 // Usage: node server.mjs  — listens on 127.0.0.1 at a free port and prints
-// one line, {"url": "http://127.0.0.1:PORT"}, on stdout. It exits when
+// one line, {"url": "http://127.0.0.1:PORT", "ws_url": …}, on stdout. The
+// WebSocket endpoint (PORT+1 when a port is given, as a validator's) serves
+// signatureSubscribe, which @solana/web3.js confirms transactions with. It exits when
 // stdin closes, so a test that dies never leaves it running.
 //
 // As a development chain (scripts/dev with C0MPUTE_CHAIN=local):
@@ -22,6 +24,7 @@
 // then also names them.
 import http from "node:http";
 import { LiteSVM } from "litesvm";
+import { WebSocketServer } from "ws";
 import {
   getBase58Decoder,
   getBase58Encoder,
@@ -257,6 +260,7 @@ function send(b64, cfg = {}) {
     },
   });
   if (hideLanded > 0) hideLanded--;
+  setImmediate(notifySignatures);
   if (loseResponses > 0) {
     loseResponses--;
     throw new RPCError(-32000, "response lost (svm_loseResponses)");
@@ -319,6 +323,7 @@ const methods = {
     blockHeight += 1;
     setClock();
     airdrops.set(signature, Number(slot));
+    setImmediate(notifySignatures);
     return signature;
   },
   getSignatureStatuses: ([sigs]) => ({
@@ -384,10 +389,10 @@ const methods = {
     return true;
   },
   svm_holdFinality: ([on]) => { holdFinality = !!on; return true; },
-  svm_finalize: () => { for (const r of records.values()) r.finalized = true; return true; },
+  svm_finalize: () => { for (const r of records.values()) r.finalized = true; setImmediate(notifySignatures); return true; },
   svm_loseResponses: ([n]) => { loseResponses = n; return true; },
   svm_hideLanded: ([n]) => { hideLanded = n; return true; },
-  svm_reveal: () => { for (const r of records.values()) r.hidden = false; return true; },
+  svm_reveal: () => { for (const r of records.values()) r.hidden = false; setImmediate(notifySignatures); return true; },
   svm_advanceBlocks: ([n]) => {
     blockHeight += n;
     slot += BigInt(n);
@@ -431,6 +436,64 @@ const server = http.createServer((req, res) => {
     res.end(JSON.stringify(out));
   });
 });
+// Subscriptions: signatureSubscribe notifies once, when the transaction
+// reaches the commitment asked (a validator's behaviour), then ends.
+// Other subscriptions are acknowledged and never notify.
+let nextSubscription = 1;
+const signatureSubs = new Map(); // id → {socket, signature, commitment}
+
+function signatureReached(sig, commitment) {
+  if (airdrops.has(sig)) return { slot: airdrops.get(sig), err: null };
+  const r = visible(sig);
+  if (!r) return null;
+  if (commitment === "finalized" && !r.finalized) return null;
+  return { slot: r.slot, err: r.meta.err };
+}
+
+function notifySignatures() {
+  for (const [id, sub] of signatureSubs) {
+    const hit = signatureReached(sub.signature, sub.commitment);
+    if (!hit) continue;
+    signatureSubs.delete(id);
+    if (sub.socket.readyState !== 1) continue;
+    sub.socket.send(JSON.stringify({ jsonrpc: "2.0", method: "signatureNotification",
+      params: { result: { context: { slot: hit.slot }, value: { err: hit.err } }, subscription: id } }));
+  }
+}
+
+function serveWebSocket(wss) {
+  wss.on("connection", (socket) => {
+    socket.on("message", (data) => {
+      let req;
+      try {
+        req = JSON.parse(String(data));
+      } catch {
+        return;
+      }
+      const reply = (result) => socket.send(JSON.stringify({ jsonrpc: "2.0", id: req.id, result }));
+      const [first, cfg = {}] = req.params ?? [];
+      if (req.method === "signatureSubscribe") {
+        const id = nextSubscription++;
+        signatureSubs.set(id, { socket, signature: first, commitment: cfg.commitment ?? "finalized" });
+        reply(id);
+        setImmediate(notifySignatures);
+      } else if (req.method === "signatureUnsubscribe") {
+        reply(signatureSubs.delete(first));
+      } else if (/Subscribe$/.test(req.method ?? "")) {
+        reply(nextSubscription++);
+      } else if (/Unsubscribe$/.test(req.method ?? "")) {
+        reply(true);
+      } else {
+        socket.send(JSON.stringify({ jsonrpc: "2.0", id: req.id, error: { code: -32601, message: `Method not found: ${req.method}` } }));
+      }
+    });
+    socket.on("close", () => {
+      for (const [id, sub] of signatureSubs) if (sub.socket === socket) signatureSubs.delete(id);
+    });
+    socket.on("error", () => {});
+  });
+}
+
 const args = process.argv.slice(2);
 const flag = (name) => {
   const i = args.indexOf(name);
@@ -440,7 +503,12 @@ const devDir = flag("--dev");
 const port = Number(flag("--port") ?? 0);
 const devAccounts = devDir ? await devSetup(devDir) : {};
 server.listen(port, "127.0.0.1", () => {
-  process.stdout.write(JSON.stringify({ url: `http://127.0.0.1:${server.address().port}`, ...devAccounts }) + "\n");
+  const httpPort = server.address().port;
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: port ? port + 1 : 0 }, () => {
+    process.stdout.write(JSON.stringify({ url: `http://127.0.0.1:${httpPort}`, ws_url: `ws://127.0.0.1:${wss.address().port}`,
+      ...devAccounts }) + "\n");
+  });
+  serveWebSocket(wss);
 });
 
 // devSetup makes the development chain's accounts (see the top of this

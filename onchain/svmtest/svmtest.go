@@ -48,7 +48,9 @@ func requireNode(t testing.TB) string {
 // Harness is a running LiteSVM JSON-RPC server.
 type Harness struct {
 	URL string
-	RPC *rpc.Client
+	// WSURL is its WebSocket endpoint (signatureSubscribe).
+	WSURL string
+	RPC   *rpc.Client
 }
 
 // Start runs server.mjs for the test and stops it when the test ends.
@@ -90,7 +92,8 @@ func Start(t testing.TB) *Harness {
 		close(line)
 	}()
 	var hello struct {
-		URL string `json:"url"`
+		URL   string `json:"url"`
+		WSURL string `json:"ws_url"`
 	}
 	select {
 	case l, ok := <-line:
@@ -100,7 +103,7 @@ func Start(t testing.TB) *Harness {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("svmtest: server did not start within 30s")
 	}
-	return &Harness{URL: hello.URL, RPC: rpc.New(hello.URL)}
+	return &Harness{URL: hello.URL, WSURL: hello.WSURL, RPC: rpc.New(hello.URL)}
 }
 
 // Call invokes a JSON-RPC method, for the svm_* controls.
