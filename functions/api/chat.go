@@ -377,6 +377,12 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 			"the request is too large to relay to a worker (limit 128 KiB once encoded)"))
 	}
 	j.jobBytes = len(msg)
+	// The mailbox takes the new worker's messages before the post goes
+	// out: the worker may answer, even finish, before Post returns, and
+	// a mailbox still expecting the worker the job moved away from would
+	// drop that whole reply and leave the job waiting for its first
+	// token in vain.
+	j.box.Expect(j.worker)
 	if err := s.conns.Post(jobCtx, j.worker, msg); err != nil {
 		if errors.Is(err, connections.ErrGone) && j.goneRetries < maxGoneRetries {
 			// The connection closed before its $disconnect reached the
@@ -391,7 +397,6 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 		s.log.Warn("worker unreachable; moving job", "job", j.job.ID, "worker", j.worker, "err", err)
 		return j.retry(clientCtx)
 	}
-	j.box.Expect(j.worker)
 	j.postedAt = s.now()
 	j.seq, j.pending, j.pendingBytes, j.firstAt = 0, map[int64]any{}, 0, time.Time{}
 	j.deltas, j.replyBytes, j.output, j.stats = 0, 0, relaymsg.OutputHasher{}, replyStats{}

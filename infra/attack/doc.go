@@ -106,6 +106,9 @@
 // Found in review: TestMovedAwayWorkerFloods (a worker the job moved
 // away from floods it under its old ticket: dropped, the honest reply
 // arrives whole, charged, its worker paid and still connected).
+// TestMovedJobAnsweredBeforeThePostReturns (the worker a job moved to
+// answers it whole before the gateway's post to it returns: the reply is
+// taken, not dropped as another sender's).
 //
 // Verified work (issue 12; the cheaters behind the real workerd are
 // infra/cheat's): TestHugeUsageClaims and TestSpeedClaimMonopoly (a usage

@@ -80,6 +80,9 @@ type Config struct {
 	// (functions/canary) with these settings; Store, Gateway, Catalog,
 	// Secret and Log are the stack's.
 	Canaries *canary.Config
+	// APIConnections, when set, wraps what the API reaches relay
+	// connections with (tests: a management API that answers late).
+	APIConnections func(api.Connections) api.Connections
 }
 
 // ScriptedLimits are api.DefaultLimits for a network whose workers answer
@@ -274,8 +277,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		apiLn.Close()
 		return nil, err
 	}
-	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: s.Conns, Relay: s.listener,
-		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Deposits: cfg.Deposits, TopUps: cfg.TopUps, Limits: cfg.Limits, Log: log.With("component", "api")})
+	var apiConns api.Connections = s.Conns
+	if cfg.APIConnections != nil {
+		apiConns = cfg.APIConnections(apiConns)
+	}
+	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: apiConns, Relay: s.listener,
+		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Deposits: cfg.Deposits,
+		TopUps: cfg.TopUps, Limits: cfg.Limits, Log: log.With("component", "api")})
 	if err != nil {
 		apiLn.Close()
 		return nil, err
