@@ -28,9 +28,10 @@ func (q *queueWatch) QueuedJobs(ctx context.Context, model string, limit int) ([
 // TestHotPathRoundTrips counts the DynamoDB calls one chat request makes
 // once the gateway is warm (the key and the idle worker seen before), on a
 // real DynamoDB Local. The hot path is three writes: Admit, Assign and
-// Complete. After the reply, the API looks for queued jobs the freed worker
-// could take; that runs in the background, off the request's path, and is
-// counted separately. Each request's count is taken once that background
+// Complete. Beside them, the account is read once for the reply's
+// x-balance-remaining while the job is dispatched; after the reply, the API
+// looks for queued jobs the freed worker could take. Both run off the
+// request's path, and are counted separately. Each request's count is taken once that background
 // dispatch has finished, and two warm requests are counted so that a call
 // landing after one request's count would show in the next.
 func TestHotPathRoundTrips(t *testing.T) {
@@ -56,7 +57,10 @@ func TestHotPathRoundTrips(t *testing.T) {
 	counting.Take()
 
 	hot := map[string]int{"TransactWriteItems": 3}
-	background := map[string]int{"GetItem WORKER": 1, "Query index": 4} // the worker's models; its queue shards
+	// Beside the path: the account's balance for x-balance-remaining
+	// (read while the job is dispatched); after it, the worker's models
+	// and its queue shards.
+	background := map[string]int{"Query table": 1, "GetItem WORKER": 1, "Query index": 4}
 	want := maps.Clone(hot)
 	maps.Copy(want, background)
 	// Two warm requests in a row must count exactly that. On a loaded
