@@ -94,6 +94,13 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.armed = 0
 		g.mu.Unlock()
 	}
+	// The body is read before any hold: Go's server watches for the
+	// client hanging up (and cancels r.Context()) only once the body is
+	// consumed, and a worker killed during a hold must be seen gone.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
 	// wait holds until released or the worker gives up the request (it
 	// was killed or cancelled the job); false when the worker is gone.
 	wait := func() bool {
@@ -108,11 +115,19 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if hold == holdBeforeReply && !wait() {
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return
-	}
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, g.upstream+r.URL.RequestURI(), bytes.NewReader(body))
+	// Ollama is never hung up on mid-reply: its request outlives the
+	// worker's, and what a killed worker no longer takes is read and
+	// dropped (the round's max_tokens bounds it). Ollama 0.6.5, the
+	// version scripts/test installs, loses one of its parallel slots (4
+	// here) now and then when a streaming client hangs up — the
+	// completion goroutine blocks for good handing a token to a handler
+	// that stopped reading (server/routes.go, ChatHandler) — and once all
+	// are lost it answers no chat again: a kill in every round would
+	// wedge the Ollama that later rounds, and later tests, share, and the
+	// job moved to a live worker would never get its reply.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, g.upstream+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -123,7 +138,10 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
 	for k, vs := range resp.Header {
 		w.Header()[k] = vs
 	}
