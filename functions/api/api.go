@@ -333,6 +333,13 @@ func (s *Server) auth(next handler, cached bool) http.Handler {
 	})
 }
 
+// notConfigured is the 404 of a route whose feature this gateway runs
+// without ("Deposits are").
+func notConfigured(what string) *oaiwire.Error {
+	return &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
+		Message: what + " not configured on this gateway."}
+}
+
 func who(r *http.Request) principal {
 	p, _ := r.Context().Value(principalKey{}).(principal)
 	return p

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -123,8 +124,7 @@ func (s *Server) depositJSON(d store.Deposit) depositJSON {
 	return out
 }
 
-var errDepositsOff = &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
-	Message: "Deposits are not configured on this gateway."}
+var errDepositsOff = notConfigured("Deposits are")
 
 // createDeposit serves POST /v1/deposits: a Solana Pay transfer request
 // with a fresh reference bound to the caller's account.
@@ -344,6 +344,35 @@ func (s *Server) SweepDeposits(ctx context.Context) (int, error) {
 		since = ds[len(ds)-1].Created
 	}
 	return credited, nil
+}
+
+// RunDepositSweeps sweeps every interval until ctx ends (the first sweep
+// after one interval). A failed or panicking sweep is logged and the next
+// one runs; each sweep gets at most one interval.
+func (s *Server) RunDepositSweeps(ctx context.Context, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					log.Error("deposit sweep panicked", "panic", p)
+				}
+			}()
+			sctx, cancel := context.WithTimeout(ctx, every)
+			defer cancel()
+			if n, err := s.SweepDeposits(sctx); err != nil && ctx.Err() == nil {
+				log.Warn("deposit sweep", "err", err)
+			} else if n > 0 {
+				log.Info("deposit sweep credited transfers", "transfers", n)
+			}
+		}()
+	}
 }
 
 // maxSweepPages bounds one sweep's pages of intents.

@@ -74,8 +74,7 @@ func decodeSignIn(r *http.Request, v any) error {
 	return nil
 }
 
-var errSignInOff = &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
-	Message: "Sign-in is not configured on this gateway."}
+var errSignInOff = notConfigured("Sign-in is")
 
 // challenge serves POST /v1/auth/siws/challenge: a SolanaSignInInput for
 // the wallet to sign, valid for 5 minutes, answerable once.

@@ -77,8 +77,7 @@ type topUpJSON struct {
 	KeyID       string `json:"key_id,omitempty"`
 }
 
-var errTopUpsOff = &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
-	Message: "x402 top-ups are not configured on this gateway."}
+var errTopUpsOff = notConfigured("x402 top-ups are")
 
 // offer is the payment the top-up at r asks for.
 func (s *Server) offer(r *http.Request) (x402.Offer, error) {

@@ -294,7 +294,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Deposits != nil && !cfg.ManualSweep {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopSweep = cancel
-		go s.sweepDeposits(ctx, log.With("component", "deposit-sweep"))
+		go a.RunDepositSweeps(ctx, DepositSweepEvery, log.With("component", "deposit-sweep"))
 	}
 	if cfg.Canaries != nil {
 		c := *cfg.Canaries
@@ -332,30 +332,6 @@ const DepositSweepEvery = 15 * time.Second
 // SweepDeposits looks on-chain for deposits nobody reported and credits
 // them now (the stack also does so every DepositSweepEvery).
 func (s *Stack) SweepDeposits(ctx context.Context) (int, error) { return s.api.SweepDeposits(ctx) }
-
-func (s *Stack) sweepDeposits(ctx context.Context, log *slog.Logger) {
-	t := time.NewTicker(DepositSweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					log.Error("deposit sweep panicked", "panic", p)
-				}
-			}()
-			if n, err := s.SweepDeposits(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("deposit sweep", "err", err)
-			} else if n > 0 {
-				log.Info("deposit sweep credited transfers", "transfers", n)
-			}
-		}()
-	}
-}
 
 // Listener is the API's relay listener (tests drop its connection).
 func (s *Stack) Listener() *listener.Listener { return s.listener }

@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"time"
@@ -108,7 +107,7 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if deposits != nil {
 		// Each instance sweeps for unreported deposits while it runs; a
 		// transfer is credited once however many sweep.
-		go sweepDeposits(a, log)
+		go a.RunDepositSweeps(context.Background(), sweepEvery, log.With("component", "deposit-sweep"))
 	}
 	// Lambda freezes the instance between requests, heartbeats included:
 	// make sure the listener connection survived before a job names it.
@@ -161,26 +160,3 @@ func topUpsFrom(cfg lambdaenv.API) (*api.TopUps, error) {
 // sweepEvery is how often an instance looks on-chain for unreported
 // deposits.
 const sweepEvery = time.Minute
-
-func sweepDeposits(a *api.Server, log *slog.Logger) {
-	for {
-		sweepOnce(a, log)
-		time.Sleep(sweepEvery)
-	}
-}
-
-// sweepOnce is one sweep; a panic is logged, and the next sweep runs.
-func sweepOnce(a *api.Server, log *slog.Logger) {
-	defer func() {
-		if p := recover(); p != nil {
-			log.Error("deposit sweep panicked", "panic", p)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), sweepEvery)
-	defer cancel()
-	if n, err := a.SweepDeposits(ctx); err != nil {
-		log.Warn("deposit sweep", "err", err)
-	} else if n > 0 {
-		log.Info("deposit sweep credited transfers", "transfers", n)
-	}
-}
