@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -223,9 +224,21 @@ func deposit(ctx context.Context, g *gateway, client *rpc.Client, key solana.Pri
 	if err != nil {
 		return fmt.Errorf("deposit %s: reference: %w", d.ID, err)
 	}
+	// The gateway says where and how much to pay: hold it to what the
+	// user asked, and to the USDC mint the user's environment names.
+	asked, err := usdcUnits(amount)
+	if err != nil {
+		return err
+	}
 	units, err := usdcUnits(d.AmountUSDC)
 	if err != nil {
 		return err
+	}
+	if units != asked {
+		return fmt.Errorf("deposit %s: the gateway asks for %s USDC, not the %s asked for; nothing was sent", d.ID, d.AmountUSDC, amount)
+	}
+	if want := os.Getenv("C0MPUTE_USDC_MINT"); want != "" && want != d.Mint {
+		return fmt.Errorf("deposit %s: the gateway names mint %s, not C0MPUTE_USDC_MINT %s; nothing was sent", d.ID, d.Mint, want)
 	}
 	memo, err := onchain.Memo(d.Memo)
 	if err != nil {
@@ -290,19 +303,16 @@ func deposit(ctx context.Context, g *gateway, client *rpc.Client, key solana.Pri
 	return nil
 }
 
-// usdcUnits reads an exact decimal amount of USDC into base units.
+// usdcUnits reads an exact decimal amount of USDC ("5", "2.50") into base
+// units: digits only, at most 6 decimals.
 func usdcUnits(s string) (uint64, error) {
 	whole, frac, _ := strings.Cut(s, ".")
-	if len(frac) > onchain.USDCDecimals {
-		return 0, fmt.Errorf("amount %q has more than 6 decimals", s)
+	bad := whole == "" || len(frac) > onchain.USDCDecimals ||
+		strings.Trim(whole, "0123456789") != "" || strings.Trim(frac, "0123456789") != ""
+	w, err := strconv.ParseUint(whole, 10, 32)
+	if bad || err != nil {
+		return 0, fmt.Errorf("amount %q: want a number of USDC like 5 or 2.50 (at most 6 decimals)", s)
 	}
-	var w, f uint64
-	if _, err := fmt.Sscan(whole, &w); err != nil {
-		return 0, fmt.Errorf("amount %q: %w", s, err)
-	}
-	frac += strings.Repeat("0", onchain.USDCDecimals-len(frac))
-	if _, err := fmt.Sscan(frac, &f); err != nil {
-		return 0, fmt.Errorf("amount %q: %w", s, err)
-	}
+	f, _ := strconv.ParseUint((frac + "000000")[:onchain.USDCDecimals], 10, 64)
 	return w*1_000_000 + f, nil
 }
