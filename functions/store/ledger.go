@@ -164,4 +164,54 @@ type Earnings interface {
 	// PaidOut would exceed Earned or fall below 0; ErrNotFound if there is
 	// no such account.
 	AdjustPaidOut(ctx context.Context, accountID string, delta int64, key string) (applied bool, err error)
+	// MoneyTotals returns the network's running money totals (see Money).
+	MoneyTotals(ctx context.Context) (Money, error)
+}
+
+// Money is the network's running totals of credits, kept by the store in
+// the same atomic write as every move it counts, so that what the treasury
+// owes and what the network earned are read from a few counters, never by
+// summing accounts. They start at zero with the store.
+//
+// A job's price counts here only when the job ends: the paid part of a job
+// done, or failed without a refund, is Recognized; a job still running is
+// still owed to its customer (it may yet be refunded). The free allowance
+// is no one's money and counts nowhere; the earnings of the jobs it paid
+// for do.
+type Money struct {
+	// Deposited is credits bought on-chain (Grant with deposit, CreditDeposit).
+	Deposited int64 `json:"deposited"`
+	// Granted is credits given (Grant without deposit: the canary budget,
+	// an operator's grant, dev credits): owed like bought ones, but
+	// backed by nothing, so the network pays for them.
+	Granted int64 `json:"granted"`
+	// Recognized is the paid credits (Price - FromAllowance) of jobs that
+	// ended and were not refunded.
+	Recognized int64 `json:"recognized"`
+	// Earned is workers' earnings credited (Complete, and Judge for a
+	// passed canary).
+	Earned int64 `json:"earned"`
+	// PaidOut is earnings reserved for payouts or paid, net of payouts
+	// given back (AdjustPaidOut).
+	PaidOut int64 `json:"paid_out"`
+}
+
+// CustomerCredits is what customers may still spend or get back: every
+// credit deposited or granted less what ended jobs took. It is at least the
+// sum of accounts' Credits, plus the paid part of the jobs running now.
+func (m Money) CustomerCredits() int64 { return m.Deposited + m.Granted - m.Recognized }
+
+// UnpaidEarnings is what workers earned and were not paid (nor reserved for
+// a payout): the sum of accounts' Earned - PaidOut.
+func (m Money) UnpaidEarnings() int64 { return m.Earned - m.PaidOut }
+
+// Revenue is what the network kept, all time: what ended jobs took from
+// paid credits, less the workers' share of every job (allowance jobs and
+// canaries included) and the credits given away.
+func (m Money) Revenue() int64 { return m.Recognized - m.Earned - m.Granted }
+
+// Add returns the field-wise sum of m and d.
+func (m Money) Add(d Money) Money {
+	return Money{Deposited: m.Deposited + d.Deposited, Granted: m.Granted + d.Granted,
+		Recognized: m.Recognized + d.Recognized, Earned: m.Earned + d.Earned, PaidOut: m.PaidOut + d.PaidOut}
 }

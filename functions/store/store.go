@@ -262,6 +262,10 @@ type Job struct {
 	KeyHash string `json:"key_hash,omitempty"`
 }
 
+// Paid is the part of the job's price paid from credits, not from the
+// free allowance.
+func (j Job) Paid() int64 { return j.Price - j.FromAllowance }
+
 // Needs is what a request asks of the worker that serves it.
 type Needs struct {
 	Vision         bool `json:"vision,omitempty"`

@@ -29,6 +29,10 @@ const (
 const (
 	CarryRewardUSDC   = "reward_usdc"
 	CarryCompoundZero = "compound_zero"
+	// CarryRevenueSplit is the network's all-time revenue, in credits
+	// (store.Money.Revenue), that earlier days split: each day splits
+	// what it grew by since.
+	CarryRevenueSplit = "revenue_split_credits"
 )
 
 // Swapper buys ZERO with USDC: instructions that spend usdcIn from the
@@ -56,16 +60,18 @@ const (
 type Keeper struct {
 	Config onchain.Config
 	Ledger store.Ledger
-	// Earnings are the workers' earnings EarningsPayouts pays out; nil
-	// where only explicit payouts (Payouts) run.
+	// Earnings are the workers' earnings EarningsPayouts pays out, and
+	// the money totals the rewards split is computed from; nil where only
+	// explicit payouts (Payouts) run.
 	Earnings store.Earnings
 	Exec     *Executor
 	Stakes   stakes.Client
 	Balances BalanceReader
 	Swap     Swapper
 	Delivery RewardDelivery
-	// Reserved is USDC (base units) in the treasury that is owed elsewhere,
-	// worker earnings not paid out yet above all: never split.
+	// Reserved is USDC (base units) in the treasury that the operator
+	// owes beyond what the store knows of (customers' credits and workers'
+	// earnings are counted without it): checked, never split.
 	Reserved uint64
 }
 
@@ -125,8 +131,11 @@ func (k *Keeper) Build(ctx context.Context, t store.Transfer) (onchain.Group, er
 
 // RewardsReport is what a rewards run did or would do.
 type RewardsReport struct {
-	Day  string     `json:"day"`
-	Plan RewardPlan `json:"plan"`
+	Day string `json:"day"`
+	// Books are what the plan was computed and checked from (a sealed
+	// day's are not read again: its plan is fixed).
+	Books *Books     `json:"books,omitempty"`
+	Plan  RewardPlan `json:"plan"`
 	// Transfers are the ledger's entries (for a dry run: what would be
 	// recorded).
 	Transfers []store.Transfer `json:"transfers"`
@@ -136,7 +145,9 @@ type RewardsReport struct {
 
 // summary is what a sealed run remembers of its plan.
 type summary struct {
-	Remainder    uint64  `json:"remainder"`
+	Remainder uint64 `json:"remainder"`
+	// RevenueSplit is the new CarryRevenueSplit.
+	RevenueSplit int64   `json:"revenue_split_credits"`
 	Compound     []Share `json:"compound,omitempty"`
 	CompoundUSDC uint64  `json:"compound_usdc"`
 	BurnPot      uint64  `json:"burn_pot"`
@@ -164,22 +175,79 @@ func rewardTransfers(run string, c onchain.Config, p RewardPlan) []store.Transfe
 	return ts
 }
 
-// PlanRewardsNow reads the chain and the ledger's carry and computes the
-// day's plan, writing nothing.
-func (k *Keeper) PlanRewardsNow(ctx context.Context, at time.Time) (RewardPlan, error) {
-	all, err := stakes.Read(ctx, k.Stakes, k.Config)
-	if err != nil {
-		return RewardPlan{}, err
+// Books are what the treasury holds, owes and earned, in USDC base units
+// unless named credits: what the day's split is computed and checked from.
+type Books struct {
+	TreasuryUSDC uint64 `json:"treasury_usdc"`
+	// CustomerCredits is customers' unspent credits, those held by
+	// running jobs included; UnpaidEarnings workers' earnings not paid
+	// out yet (payouts on their way included); Reserved the operator's
+	// own reserve. Liabilities is their sum.
+	CustomerCredits uint64 `json:"customer_credits"`
+	UnpaidEarnings  uint64 `json:"unpaid_earnings"`
+	Reserved        uint64 `json:"reserved"`
+	Liabilities     uint64 `json:"liabilities"`
+	CarriedRewards  uint64 `json:"carried_rewards"`
+	// RevenueCredits is the network's revenue all time (negative while
+	// the workers' share of free jobs and the credits given away exceed
+	// what paid jobs kept); SplitCredits the part earlier days split.
+	// Revenue, today's split, is what the first exceeds the second by.
+	RevenueCredits int64  `json:"revenue_credits"`
+	SplitCredits   int64  `json:"split_credits"`
+	Revenue        uint64 `json:"revenue"`
+}
+
+// ReadBooks reads the treasury's balance, the store's money totals, the
+// workers' unpaid earnings (with every payout of an open run that has not
+// left the treasury) and the ledger's carries as of at.
+func (k *Keeper) ReadBooks(ctx context.Context, at time.Time) (Books, error) {
+	if k.Earnings == nil {
+		return Books{}, errors.New("keeper: the rewards split needs the store's money totals")
 	}
 	bal, err := k.Balances.TokenBalance(ctx, k.Config.USDCATA(k.keeperPub()))
 	if err != nil {
-		return RewardPlan{}, fmt.Errorf("keeper: treasury balance: %w", err)
+		return Books{}, fmt.Errorf("keeper: treasury balance: %w", err)
+	}
+	money, err := k.Earnings.MoneyTotals(ctx)
+	if err != nil {
+		return Books{}, err
+	}
+	unpaid, err := k.UnpaidEarnings(ctx, at)
+	if err != nil {
+		return Books{}, err
 	}
 	carry, err := k.Ledger.Carry(ctx, CarryRewardUSDC)
 	if err != nil {
-		return RewardPlan{}, err
+		return Books{}, err
 	}
-	return PlanRewards(RewardInputs{At: at, TreasuryUSDC: bal, Reserved: k.Reserved, CarriedRewards: uint64(carry), Stakes: all})
+	split, err := k.Ledger.Carry(ctx, CarryRevenueSplit)
+	if err != nil {
+		return Books{}, err
+	}
+	b := Books{TreasuryUSDC: bal, CustomerCredits: CreditsToUSDC(max(money.CustomerCredits(), 0)),
+		UnpaidEarnings: unpaid, Reserved: k.Reserved, CarriedRewards: uint64(carry),
+		RevenueCredits: money.Revenue(), SplitCredits: split}
+	b.Liabilities = b.CustomerCredits + b.UnpaidEarnings + b.Reserved
+	if b.RevenueCredits > b.SplitCredits {
+		b.Revenue = CreditsToUSDC(b.RevenueCredits - b.SplitCredits)
+	}
+	return b, nil
+}
+
+// PlanRewardsNow reads the chain, the store's books and the ledger's carry
+// and computes the day's plan, writing nothing.
+func (k *Keeper) PlanRewardsNow(ctx context.Context, at time.Time) (RewardPlan, Books, error) {
+	all, err := stakes.Read(ctx, k.Stakes, k.Config)
+	if err != nil {
+		return RewardPlan{}, Books{}, err
+	}
+	b, err := k.ReadBooks(ctx, at)
+	if err != nil {
+		return RewardPlan{}, Books{}, err
+	}
+	p, err := PlanRewards(RewardInputs{At: at, Revenue: b.Revenue, TreasuryUSDC: b.TreasuryUSDC,
+		Liabilities: b.Liabilities, CarriedRewards: b.CarriedRewards, Stakes: all})
+	return p, b, err
 }
 
 // Rewards runs (execute) or only plans (dry run) the 15:00 UTC job of at's
@@ -207,16 +275,26 @@ func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (Rewar
 				return rep, err
 			}
 		}
-		p, err := k.PlanRewardsNow(ctx, at)
+		// Payouts left open would make the workers' unpaid earnings an
+		// estimate (on the safe side): an execution finishes them first,
+		// so the books are exact.
+		if execute {
+			if err := k.FinishOpenEarnings(ctx, at); err != nil {
+				return rep, err
+			}
+		}
+		p, b, err := k.PlanRewardsNow(ctx, at)
 		if err != nil {
 			return rep, err
 		}
-		rep.Plan = p
+		rep.Plan, rep.Books = p, &b
 		rep.Transfers = rewardTransfers(run, k.Config, p)
 		if !execute {
 			return rep, nil
 		}
-		if err := k.seal(ctx, run, rep.Transfers, summary{Remainder: p.Remainder, Compound: p.Compound, CompoundUSDC: p.CompoundUSDC, BurnPot: p.BurnPot}); err != nil {
+		sum := summary{Remainder: p.Remainder, RevenueSplit: max(b.SplitCredits, b.RevenueCredits),
+			Compound: p.Compound, CompoundUSDC: p.CompoundUSDC, BurnPot: p.BurnPot}
+		if err := k.seal(ctx, run, rep.Transfers, sum); err != nil {
 			return rep, err
 		}
 	}
@@ -238,7 +316,8 @@ func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (Rewar
 		if rep.Result, err = k.Exec.Execute(ctx, run); err != nil {
 			return rep, err
 		}
-		if err := k.Ledger.FinishRun(ctx, run, map[string]int64{CarryRewardUSDC: int64(sum.Remainder)}, k.Exec.now()); err != nil {
+		carries := map[string]int64{CarryRewardUSDC: int64(sum.Remainder), CarryRevenueSplit: sum.RevenueSplit}
+		if err := k.Ledger.FinishRun(ctx, run, carries, k.Exec.now()); err != nil {
 			return rep, err
 		}
 	}

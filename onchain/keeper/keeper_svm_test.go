@@ -105,7 +105,7 @@ type world struct {
 	e        *svmtest.Env
 	kp       solana.PrivateKey
 	cfg      onchain.Config
-	ledger   store.Ledger
+	ledger   ledgerStore
 	swap     *svmtest.FixedPriceSwap
 	stakers  []solana.PublicKey
 	compound []solana.PublicKey
@@ -117,7 +117,16 @@ type world struct {
 	confirmTimeout time.Duration
 }
 
-const treasuryUSDC = 1_000_000_003 // an odd split
+// The world's books: its customer deposited revenueCredits + unspent and
+// spent revenueCredits on jobs that ended, so the day's split is revenue
+// (996.5 USDC) and the unspent $5 stays in the treasury, which holds it
+// all, the workers' $3.50 and 3 base units more (an odd remainder).
+const (
+	revenueCredits = 99_650
+	revenueUSDC    = revenueCredits * 10_000
+	unspentCredits = 500
+	treasuryUSDC   = revenueUSDC + unspentCredits*10_000 + 3_500_000 + 3
+)
 
 func newWorld(t testing.TB, e *svmtest.Env, compounders bool, failSwap bool) *world {
 	w := &world{e: e, at: time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)}
@@ -132,9 +141,9 @@ func newWorld(t testing.TB, e *svmtest.Env, compounders bool, failSwap bool) *wo
 	w.usdc0 = e.TokenBalance(t, w.cfg.USDCATA(kp))
 	w.swap = svmtest.NewFixedPriceSwap(t, e, kp, 10_000_000_000_000, 7, 2)
 	if failSwap {
-		// Only the compound swap fails; the buyback (half the split of
-		// what the payouts leave) goes through.
-		w.swap.FailUnless = (treasuryUSDC - 3_500_000) - (treasuryUSDC-3_500_000)/2
+		// Only the compound swap fails; the buyback (half the split)
+		// goes through.
+		w.swap.FailUnless = revenueUSDC - revenueUSDC/2
 	}
 	day := int64(86400)
 	for i, amt := range []uint64{1_000_000, 3_333_333, 7, 50_000_000_000} {
@@ -157,14 +166,52 @@ func newWorld(t testing.TB, e *svmtest.Env, compounders bool, failSwap bool) *wo
 		w.workers = append(w.workers, keeper.Share{Owner: svmtest.NewKey(t).PublicKey(), Amount: amt})
 	}
 	w.ledger = openLedger(t)
+	w.customer(t, "customer", revenueCredits+unspentCredits, revenueCredits)
 	w.supply0 = e.MintSupply(t, w.cfg.ZeroMint)
 	return w
 }
 
-// openLedger opens the ledger the keeper runs on: the embedded store, or
+// ledgerStore is the store the keeper runs on: its ledger, and the
+// accounts, keys and jobs whose money totals the split is computed from.
+type ledgerStore interface {
+	store.Ledger
+	store.Earnings
+	CreateAccount(ctx context.Context, a store.Account) error
+	Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (bool, error)
+	PutAPIKey(ctx context.Context, s store.Secret) error
+	Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error)
+	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
+}
+
+// customer makes an account that deposits credits and spends spent of
+// them on a job that ends unrefunded (its client left): the network's
+// revenue grows by spent, the customer is owed the rest.
+func (w *world) customer(t testing.TB, id string, credits, spent int64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.ledger.CreateAccount(ctx, store.Account{ID: id, CreatedAt: w.at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ledger.Grant(ctx, id, credits, "deposit-"+id, true); err != nil {
+		t.Fatal(err)
+	}
+	hash := "key-" + id
+	if err := w.ledger.PutAPIKey(ctx, store.Secret{Hash: hash, ID: hash, AccountID: id, CreatedAt: w.at}); err != nil {
+		t.Fatal(err)
+	}
+	job := store.Job{ID: "job-" + id, Model: "m", Price: spent, Listener: "l", Created: w.at.Add(-time.Hour)}
+	if _, err := w.ledger.Admit(ctx, store.AdmitRequest{KeyHash: hash, Window: job.Created.Truncate(time.Minute), Limit: 10, Job: job}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ledger.Fail(ctx, job.ID, "client_gone", false, w.at.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openLedger opens the store the keeper runs on: the embedded store, or
 // with C0MPUTE_STORE=dynamodb a fresh table on DynamoDB Local (scripts/test
 // runs these tests both ways).
-func openLedger(t testing.TB) store.Ledger {
+func openLedger(t testing.TB) ledgerStore {
 	t.Helper()
 	if os.Getenv("C0MPUTE_STORE") == "dynamodb" {
 		return dynamotest.Store(t)
@@ -192,13 +239,13 @@ func (w *world) keeper(c *crashPoint) *keeper.Keeper {
 		l = crashLedger{w.ledger, c}
 		xc = crashChain{ch, c}
 	}
-	k := &keeper.Keeper{Config: w.cfg, Ledger: l, Stakes: w.e.RPC, Balances: ch, Swap: w.swap, Delivery: keeper.DeliverVaultTransfer}
+	k := &keeper.Keeper{Config: w.cfg, Ledger: l, Earnings: w.ledger, Stakes: w.e.RPC, Balances: ch, Swap: w.swap, Delivery: keeper.DeliverVaultTransfer}
 	k.Exec = &keeper.Executor{Ledger: l, Chain: xc, Keeper: w.kp, Build: k.Build, PriorityFee: 1000, MaxResends: 2,
 		Log: slog.New(slog.DiscardHandler)}
 	return k
 }
 
-// day runs the payouts, then the rewards on what the treasury holds.
+// day runs the payouts, then the rewards on the day's revenue.
 func (w *world) day(k *keeper.Keeper) error {
 	if _, _, err := k.Payouts(context.Background(), "2026-11-29", w.workers, true); err != nil {
 		return err
@@ -225,8 +272,8 @@ func (w *world) check(t *testing.T) {
 		}
 		paidOut += want
 	}
-	// The workers are paid first; the rest of the treasury is split.
-	split := uint64(treasuryUSDC) - paidOut
+	// The revenue is split, never the balance.
+	split := uint64(revenueUSDC)
 	pot := split / 2
 	burnPot := split - pot
 	var total uint64
@@ -300,6 +347,10 @@ func (w *world) check(t *testing.T) {
 	wantTreasury := w.usdc0 - rewardsPaid - paidOut - burnPot - spentOnCompound
 	if got := e.TokenBalance(t, c.USDCATA(kp)); got != wantTreasury {
 		t.Errorf("treasury USDC = %d, want %d", got, wantTreasury)
+	}
+	// What customers may still spend never left.
+	if owed := uint64(unspentCredits*10_000) + remainder; wantTreasury < owed {
+		t.Errorf("treasury USDC = %d, below the customers' %d and the carried %d", wantTreasury, unspentCredits*10_000, remainder)
 	}
 	if got := e.TokenBalance(t, c.USDCATA(w.swap.Pool)); got != burnPot+spentOnCompound {
 		t.Errorf("pool received %d USDC, want %d", got, burnPot+spentOnCompound)
@@ -502,6 +553,34 @@ func TestLostSendResponse(t *testing.T) {
 	}
 }
 
+// TestRewardsRefuseAShortfall: when the treasury holds less than what
+// customers and workers are owed plus the day's split (here: credits
+// granted for a deposit whose USDC never arrived), the keeper refuses, dry
+// run or not, and nothing is sent or recorded.
+func TestRewardsRefuseAShortfall(t *testing.T) {
+	ctx := context.Background()
+	e := svmtest.NewEnv(t)
+	w := newWorld(t, e, false, false)
+	w.customer(t, "phantom", 1_000_000, 0)
+	for _, execute := range []bool{false, true} {
+		before := e.TransactionCount(t)
+		_, err := w.keeper(nil).Rewards(ctx, w.at, execute)
+		var short *keeper.ShortfallError
+		if !errors.As(err, &short) {
+			t.Fatalf("execute=%v: %v; want a shortfall", execute, err)
+		}
+		if want := uint64(revenueUSDC); short.Split != want || short.Treasury != treasuryUSDC {
+			t.Fatalf("shortfall %+v; want split %d of a treasury of %d", short, want, treasuryUSDC)
+		}
+		if n := e.TransactionCount(t) - before; n != 0 {
+			t.Fatalf("execute=%v sent %d transactions", execute, n)
+		}
+		if r, err := w.ledger.GetRun(ctx, "rewards/2026-11-29"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("execute=%v recorded a run: %+v, %v", execute, r, err)
+		}
+	}
+}
+
 // TestNextDayWaitsForUnfinishedDay: a day left half-done blocks the next
 // one, whose plan needs its carried remainder; once completed, the next
 // day runs and carries on from it.
@@ -522,12 +601,19 @@ func TestNextDayWaitsForUnfinishedDay(t *testing.T) {
 		t.Fatal(err)
 	}
 	carry, _ := w.ledger.Carry(ctx, keeper.CarryRewardUSDC)
-	e.MintTo(t, w.cfg.USDCMint, onchain.TokenProgram, w.kp.PublicKey(), 1_000)
+	// The next day earns 1 credit (its customer's deposit lands in the
+	// treasury), and someone sends the treasury 7 USDC: only the credit
+	// is revenue.
+	w.customer(t, "next-day", 1, 1)
+	e.MintTo(t, w.cfg.USDCMint, onchain.TokenProgram, w.kp.PublicKey(), 10_000+7_000_000)
 	rep, err := w.keeper(nil).Rewards(ctx, next, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Plan.Split != 1_000 || rep.Plan.RewardPot != 500+uint64(carry) {
-		t.Fatalf("next day: split %d, pot %d; want 1000 new USDC split, pot 500 + carried %d", rep.Plan.Split, rep.Plan.RewardPot, carry)
+	if rep.Plan.Split != 10_000 || rep.Plan.RewardPot != 5_000+uint64(carry) {
+		t.Fatalf("next day: split %d, pot %d; want the day's 10000 revenue split, pot 5000 + carried %d", rep.Plan.Split, rep.Plan.RewardPot, carry)
+	}
+	if split, _ := w.ledger.Carry(ctx, keeper.CarryRevenueSplit); split != revenueCredits+1 {
+		t.Fatalf("revenue split through %d credits, want %d", split, revenueCredits+1)
 	}
 }

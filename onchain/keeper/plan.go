@@ -32,21 +32,43 @@ type Share struct {
 type RewardInputs struct {
 	// At is the run time: matured stake is judged at it.
 	At time.Time
-	// TreasuryUSDC is the treasury's USDC balance now.
+	// Revenue is the USDC the network earned since the last split (jobs
+	// ended less workers' shares, refunds and credits given away; see
+	// store.Money): all of it is split today.
+	Revenue uint64
+	// TreasuryUSDC is the treasury's USDC balance now, and Liabilities
+	// what of it is owed: customers' unspent credits, workers' unpaid
+	// earnings, any reserve the operator sets. Neither is ever split: they
+	// only check the books (see ShortfallError).
 	TreasuryUSDC uint64
-	// Reserved is USDC the treasury owes elsewhere (worker earnings not yet
-	// paid out): never split.
-	Reserved uint64
+	Liabilities  uint64
 	// CarriedRewards is the reward remainder carried from earlier days. It
-	// is still in the treasury, so it is taken out of the split and added
-	// to the reward pot whole.
+	// is still in the treasury, and is added to the reward pot whole.
 	CarriedRewards uint64
 	Stakes         []stakes.Stake
 }
 
+// ShortfallError is PlanRewards' refusal when the treasury holds less than
+// what it owes plus what the day would split: the books and the chain
+// disagree (a payout outside the keeper, a deposit credited twice, a
+// treasury key used by hand), and splitting would spend customers' or
+// workers' money. Nothing is sent until an operator finds out why.
+type ShortfallError struct {
+	Treasury, Liabilities, CarriedRewards, Split uint64
+}
+
+func (e *ShortfallError) Error() string {
+	return fmt.Sprintf("keeper: the treasury holds %s USDC, less than it owes (%s) plus carried rewards (%s) plus today's split (%s): refusing to split",
+		USDC(e.Treasury), USDC(e.Liabilities), USDC(e.CarriedRewards), USDC(e.Split))
+}
+
+// USDC formats base units as USDC with its six decimals.
+func USDC(units uint64) string { return fmt.Sprintf("%d.%06d", units/1_000_000, units%1_000_000) }
+
 // RewardPlan is the day's split.
 type RewardPlan struct {
-	// Split is the USDC divided 50/50 today.
+	// Split is the USDC divided 50/50 today: the revenue since the last
+	// split.
 	Split uint64 `json:"split"`
 	// RewardPot is half the split (rounded down) plus the carried
 	// remainder; BurnPot the other half.
@@ -65,19 +87,19 @@ type RewardPlan struct {
 	MaturedTotal uint64 `json:"matured_total"`
 }
 
-// PlanRewards computes the split. Every share is floor(pot × stake / total)
-// in exact integer arithmetic, so the shares never exceed the pot and the
+// PlanRewards computes the split of the day's revenue, after checking that
+// the treasury holds its liabilities, the carried rewards and the split
+// (ShortfallError otherwise). Every share is floor(pot × stake / total) in
+// exact integer arithmetic, so the shares never exceed the pot and the
 // remainder is below the number of stakers.
 func PlanRewards(in RewardInputs) (RewardPlan, error) {
-	owed := new(big.Int).SetUint64(in.Reserved)
-	owed.Add(owed, new(big.Int).SetUint64(in.CarriedRewards))
-	var split uint64
-	if bal := new(big.Int).SetUint64(in.TreasuryUSDC); bal.Cmp(owed) > 0 {
-		split = bal.Sub(bal, owed).Uint64()
+	need := new(big.Int).SetUint64(in.Liabilities)
+	need.Add(need, new(big.Int).SetUint64(in.CarriedRewards))
+	need.Add(need, new(big.Int).SetUint64(in.Revenue))
+	if new(big.Int).SetUint64(in.TreasuryUSDC).Cmp(need) < 0 {
+		return RewardPlan{}, &ShortfallError{Treasury: in.TreasuryUSDC, Liabilities: in.Liabilities, CarriedRewards: in.CarriedRewards, Split: in.Revenue}
 	}
-	if in.CarriedRewards > in.TreasuryUSDC {
-		return RewardPlan{}, fmt.Errorf("keeper: carried rewards %d exceed the treasury's %d", in.CarriedRewards, in.TreasuryUSDC)
-	}
+	split := in.Revenue
 	p := RewardPlan{Split: split, BurnPot: split - split/2, RewardPot: split/2 + in.CarriedRewards}
 
 	matured := stakes.Matured(in.Stakes, in.At)

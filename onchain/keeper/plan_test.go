@@ -1,7 +1,9 @@
 package keeper
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -29,19 +31,22 @@ func TestPlanRewards(t *testing.T) {
 		want string
 	}{
 		{"odd split: the extra unit burns; remainder carried",
-			RewardInputs{At: at, TreasuryUSDC: 1001, Stakes: []stakes.Stake{stake(1, false, 1), stake(2, false, 1), stake(3, false, 1)}},
+			RewardInputs{At: at, Revenue: 1001, TreasuryUSDC: 1001, Stakes: []stakes.Stake{stake(1, false, 1), stake(2, false, 1), stake(3, false, 1)}},
 			"split=1001 pot=500 burn=501 rewards=[166 166 166] compound=[] rem=2"},
-		{"carried remainder joins the pot whole, reserve is never split",
-			RewardInputs{At: at, TreasuryUSDC: 1000 + 2 + 300, Reserved: 300, CarriedRewards: 2, Stakes: []stakes.Stake{stake(1, false, 1), stake(2, true, 3)}},
+		{"carried remainder joins the pot whole; liabilities are never split",
+			RewardInputs{At: at, Revenue: 1000, TreasuryUSDC: 1000 + 2 + 300, Liabilities: 300, CarriedRewards: 2, Stakes: []stakes.Stake{stake(1, false, 1), stake(2, true, 3)}},
 			"split=1000 pot=502 burn=500 rewards=[125] compound=[376] rem=1"},
 		{"no matured stake: the whole pot carries",
-			RewardInputs{At: at, TreasuryUSDC: 10, Stakes: []stakes.Stake{{Owner: solana.PublicKey{9}, Total: 5, Deposits: []zerostaking.Deposit{{Amount: 5, Time: at.Unix()}}}}},
+			RewardInputs{At: at, Revenue: 10, TreasuryUSDC: 10, Stakes: []stakes.Stake{{Owner: solana.PublicKey{9}, Total: 5, Deposits: []zerostaking.Deposit{{Amount: 5, Time: at.Unix()}}}}},
 			"split=10 pot=5 burn=5 rewards=[] compound=[] rem=5"},
-		{"treasury below what it owes: nothing splits",
-			RewardInputs{At: at, TreasuryUSDC: 10, Reserved: 20, Stakes: []stakes.Stake{stake(1, false, 1)}},
+		{"the split is the revenue, never the balance: deposits and donations stay",
+			RewardInputs{At: at, Revenue: 40, TreasuryUSDC: 1_000_000, Liabilities: 900, Stakes: []stakes.Stake{stake(1, false, 1)}},
+			"split=40 pot=20 burn=20 rewards=[20] compound=[] rem=0"},
+		{"no revenue: nothing splits",
+			RewardInputs{At: at, TreasuryUSDC: 10, Liabilities: 10, Stakes: []stakes.Stake{stake(1, false, 1)}},
 			"split=0 pot=0 burn=0 rewards=[] compound=[] rem=0"},
 		{"huge stake and pot: exact, no overflow",
-			RewardInputs{At: at, TreasuryUSDC: 1 << 62, Stakes: []stakes.Stake{stake(1, false, 1<<62), stake(2, false, 1<<61, 1<<61, 1)}},
+			RewardInputs{At: at, Revenue: 1 << 62, TreasuryUSDC: 1 << 62, Stakes: []stakes.Stake{stake(1, false, 1<<62), stake(2, false, 1<<61, 1<<61, 1)}},
 			"split=4611686018427387904 pot=2305843009213693952 burn=2305843009213693952 rewards=[1152921504606846975 1152921504606846976] compound=[] rem=1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,8 +74,25 @@ func TestPlanRewards(t *testing.T) {
 			}
 		})
 	}
-	if _, err := PlanRewards(RewardInputs{TreasuryUSDC: 1, CarriedRewards: 2}); err == nil {
-		t.Fatal("carry above the treasury accepted")
+	// The treasury must hold what it owes, the carry and the split.
+	for _, in := range []RewardInputs{
+		{TreasuryUSDC: 1, CarriedRewards: 2},
+		{TreasuryUSDC: 100, Liabilities: 90, Revenue: 11},
+		{TreasuryUSDC: 100, Liabilities: 50, CarriedRewards: 40, Revenue: 11},
+		{TreasuryUSDC: math.MaxUint64, Liabilities: math.MaxUint64, Revenue: 1},
+	} {
+		_, err := PlanRewards(in)
+		var short *ShortfallError
+		if !errors.As(err, &short) || short.Treasury != in.TreasuryUSDC || short.Split != in.Revenue {
+			t.Errorf("PlanRewards(%+v) = %v; want a shortfall", in, err)
+		}
+	}
+	if _, err := PlanRewards(RewardInputs{TreasuryUSDC: 100, Liabilities: 50, CarriedRewards: 39, Revenue: 11}); err != nil {
+		t.Errorf("a treasury holding exactly what it owes and splits: %v", err)
+	}
+	want := "keeper: the treasury holds 1.000000 USDC, less than it owes (0.900000) plus carried rewards (0.000001) plus today's split (0.150000): refusing to split"
+	if got := (&ShortfallError{Treasury: 1_000_000, Liabilities: 900_000, CarriedRewards: 1, Split: 150_000}).Error(); got != want {
+		t.Errorf("shortfall reads\n%s\nwant\n%s", got, want)
 	}
 }
 

@@ -207,7 +207,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, secrets 
 	atFlag := fs.String("at", "", "day, YYYY-MM-DD (default: today, UTC)")
 	id := fs.String("id", "", "payout run id")
 	owedPath := fs.String("owed", "", "payouts file")
-	reserve := fs.Uint64("reserve", 0, "rewards: USDC base units of the treasury owed elsewhere (unpaid worker earnings), never split")
+	reserve := fs.Uint64("reserve", 0, "rewards: USDC base units the treasury owes beyond customers' credits and workers' earnings (the store counts those): checked, never split")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -259,21 +259,6 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 		return err
 	}
 	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Stakes: client, Balances: ch, Reserved: reserve}
-	if cmd == "rewards" {
-		// Workers' unpaid earnings are the treasury's debt: never split.
-		// An execution first finishes any payouts run left open, so the
-		// debt is exact; a dry run estimates it on the safe side.
-		if execute {
-			if err := k.FinishOpenEarnings(ctx, day); err != nil {
-				return err
-			}
-		}
-		unpaid, err := k.UnpaidEarnings(ctx, day)
-		if err != nil {
-			return err
-		}
-		k.Reserved += unpaid
-	}
 	if cfg.PumpSwapPool != "" {
 		pool, feeBP, err := pumpswap.LoadPool(ctx, client, oc, solana.MustPublicKeyFromBase58(cfg.PumpSwapPool))
 		if err != nil {

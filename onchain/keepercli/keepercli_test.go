@@ -10,11 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gagliardetto/solana-go"
 
 	"github.com/c0mpute/c0mpute/clients/zerostaking"
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/onchain"
+	"github.com/c0mpute/c0mpute/onchain/keeper"
 	"github.com/c0mpute/c0mpute/onchain/keepercli"
 	"github.com/c0mpute/c0mpute/onchain/svmtest"
 )
@@ -145,27 +149,57 @@ func TestPayoutsDryRunThenExecute(t *testing.T) {
 }
 
 // TestRewardsDryRun: the dry run reads the stake accounts and the treasury
-// from the chain and prints the split, leaving the reserve out; executing
-// without a PumpSwap pool configured is refused.
+// from the chain and the revenue from the store, and prints the books and
+// the split of the revenue, never of what customers are owed or the
+// reserve; executing without a PumpSwap pool configured is refused.
 func TestRewardsDryRun(t *testing.T) {
 	e := svmtest.NewEnv(t)
 	kp := svmtest.NewKey(t)
 	e.Airdrop(t, kp.PublicKey(), 10_000_000_000)
-	e.MintTo(t, e.Config.USDCMint, onchain.TokenProgram, kp.PublicKey(), 1_000)
+	// A customer deposited 12 credits and spent 10 on a job that ended:
+	// 0.10 USDC of revenue, 0.02 owed. The treasury holds those 0.12,
+	// the operator's reserve of 100 units and 0.5 USDC sent by someone.
+	e.MintTo(t, e.Config.USDCMint, onchain.TokenProgram, kp.PublicKey(), 120_000+100+500_000)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger.db")
+	st, err := embedded.Open(ledgerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	if err := st.CreateAccount(ctx, store.Account{ID: "customer", CreatedAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Grant(ctx, "customer", 12, "deposit-1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutAPIKey(ctx, store.Secret{Hash: "h", ID: "h", AccountID: "customer", CreatedAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Admit(ctx, store.AdmitRequest{KeyHash: "h", Window: at, Limit: 1, Job: store.Job{ID: "j", Model: "m", Price: 10, Listener: "l", Created: at}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Fail(ctx, "j", "client_gone", false, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
 	owner := svmtest.NewKey(t).PublicKey()
 	acct := zerostaking.StakeAccount{Owner: owner, Total: 5, Deposits: []zerostaking.Deposit{{Amount: 5, Time: 1}}}
 	data, _ := acct.Marshal()
 	e.SetAccount(t, e.Config.StakePDA(owner), e.Config.StakingProgram, append(zerostaking.Account_StakeAccount[:], data...))
 	cfg := writeConfig(t, map[string]any{"rpc_url": e.URL, "staking_program": e.Config.StakingProgram.String(),
 		"rewards_program": e.Config.RewardsProgram.String(), "zero_mint": e.Config.ZeroMint.String(),
-		"usdc_mint": e.Config.USDCMint.String(), "store": filepath.Join(t.TempDir(), "ledger.db"),
+		"usdc_mint": e.Config.USDCMint.String(), "store": ledgerPath,
 		"key": "file:" + writeKey(t, kp, 0o600)})
 	var out, errb bytes.Buffer
 	if code := keepercli.Main(context.Background(), []string{"-config", cfg, "-reserve", "100", "-at", "2026-11-29", "rewards"}, &out, &errb, nil); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var rep struct {
-		Plan struct {
+		Books keeper.Books `json:"books"`
+		Plan  struct {
 			Split     uint64                   `json:"split"`
 			RewardPot uint64                   `json:"reward_pot"`
 			BurnPot   uint64                   `json:"burn_pot"`
@@ -175,8 +209,13 @@ func TestRewardsDryRun(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("output: %v\n%s", err, out.String())
 	}
-	if rep.Plan.Split != 900 || rep.Plan.RewardPot != 450 || rep.Plan.BurnPot != 450 || len(rep.Plan.Rewards) != 1 || rep.Plan.Rewards[0].Owner != owner.String() {
+	if rep.Plan.Split != 100_000 || rep.Plan.RewardPot != 50_000 || rep.Plan.BurnPot != 50_000 || len(rep.Plan.Rewards) != 1 || rep.Plan.Rewards[0].Owner != owner.String() {
 		t.Fatalf("plan = %+v", rep.Plan)
+	}
+	wantBooks := keeper.Books{TreasuryUSDC: 620_100, CustomerCredits: 20_000, Reserved: 100, Liabilities: 20_100,
+		RevenueCredits: 10, Revenue: 100_000}
+	if rep.Books != wantBooks {
+		t.Fatalf("books = %+v\nwant    %+v", rep.Books, wantBooks)
 	}
 	errb.Reset()
 	if code := keepercli.Main(context.Background(), []string{"-config", cfg, "-execute", "rewards"}, &out, &errb, nil); code != 1 || !strings.Contains(errb.String(), "pumpswap_pool") {

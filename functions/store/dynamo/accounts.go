@@ -138,7 +138,7 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 		return false, fmt.Errorf("dynamo: grant to %s: negative credits %d", accountID, credits)
 	}
 	entry := store.GrantEntry(accountID, credits, idemKey, deposit, s.now())
-	err := s.transact(ctx, s.withEntry(s.grantItems(entry), entry))
+	err := s.transact(ctx, s.withGrantMoney(s.withEntry(s.grantItems(entry), entry), entry))
 	var tf *txFailed
 	switch {
 	case err == nil:
@@ -149,6 +149,16 @@ func (s *Store) Grant(ctx context.Context, accountID string, credits int64, idem
 		err = fmt.Errorf("account: %w", store.ErrNotFound)
 	}
 	return false, fmt.Errorf("dynamo: grant %d to %s (%s): %w", credits, accountID, idemKey, err)
+}
+
+// withGrantMoney appends the money totals' update of a grant or deposit
+// whose entry is e.
+func (s *Store) withGrantMoney(items []types.TransactWriteItem, e store.Entry) []types.TransactWriteItem {
+	m := store.Money{Granted: e.Credits}
+	if e.Kind == store.EntryDeposit {
+		m = store.Money{Deposited: e.Credits}
+	}
+	return s.withMoney(items, e.Ref, m)
 }
 
 // grantItems are the first two items of the transaction of a grant (or a

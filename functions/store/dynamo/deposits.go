@@ -231,7 +231,7 @@ func (s *Store) CreditDeposit(ctx context.Context, c store.DepositCredit) (store
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}})
 	const grantItem, accountItem, intentItem = 0, 1, 2
-	err := s.transact(ctx, s.withEntry(items, entry))
+	err := s.transact(ctx, s.withGrantMoney(s.withEntry(items, entry), entry))
 	var tf *txFailed
 	switch {
 	case err == nil || errors.As(err, &tf) && tf.failed(grantItem):

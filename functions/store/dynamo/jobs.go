@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -547,7 +548,8 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			freeAt = len(items)
 			items = append(items, s.freeItem(c.Worker, c.JobID, c.MilliTokPerSec))
 		}
-		items = append(items, s.countCompletion(c.JobID, c.CompletionTokens, c.At)...)
+		items = append(items, s.countCompletion(c.JobID, c.CompletionTokens, c.At,
+			store.Money{Recognized: job.Paid(), Earned: c.Earning})...)
 		err := s.transact(ctx, items)
 		var tf *txFailed
 		if !errors.As(err, &tf) {
@@ -624,15 +626,17 @@ func (s *Store) GetReceipt(ctx context.Context, jobID string) (store.Receipt, er
 	return it.receipt(), nil
 }
 
-// countCompletion adds a completion to the job's shard of the totals and
-// of the per-minute token counts.
-func (s *Store) countCompletion(jobID string, tokens int64, at time.Time) []types.TransactWriteItem {
+// countCompletion adds a completion to the job's shard of the totals (its
+// money m too) and of the per-minute token counts.
+func (s *Store) countCompletion(jobID string, tokens int64, at time.Time, m store.Money) []types.TransactWriteItem {
 	p := fmt.Sprintf("%s%d", pStats, shard(jobID, statShards))
 	minute := at.Truncate(time.Minute)
+	clauses, n, v := moneyAdds(m)
+	n["#"+aJobs], n["#"+aTokens], v[":one"], v[":t"] = aJobs, aTokens, num(1), num(tokens)
 	return []types.TransactWriteItem{
 		{Update: &types.Update{TableName: s.tableName(), Key: key{p, sTotal}.av(),
-			UpdateExpression:         aws.String("ADD #jobs :one, #tokens :t"),
-			ExpressionAttributeNames: names(aJobs, aTokens), ExpressionAttributeValues: values{":one": num(1), ":t": num(tokens)}}},
+			UpdateExpression:         aws.String("ADD " + strings.Join(append([]string{"#jobs :one", "#tokens :t"}, clauses...), ", ")),
+			ExpressionAttributeNames: n, ExpressionAttributeValues: v}},
 		{Update: &types.Update{TableName: s.tableName(), Key: key{p, sMinute + timeKey(minute)}.av(),
 			UpdateExpression:         aws.String("ADD #tokens :t SET #ttl = :ttl"),
 			ExpressionAttributeNames: names(aTokens, schema.TTL), ExpressionAttributeValues: values{":t": num(tokens), ":ttl": num(ttl(minute.Add(tokenMinuteTTL)))}}},
@@ -718,6 +722,14 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 		if job.State == store.JobAssigned && freeWorker {
 			freeAt = len(items)
 			items = append(items, s.freeItem(job.Worker, jobID, 0))
+		}
+		// The paid part is the network's once the job ends unrefunded,
+		// and the customer's again if a refund comes later.
+		switch {
+		case job.State != store.JobFailed && !refund:
+			items = s.withMoney(items, jobID, store.Money{Recognized: job.Paid()})
+		case job.State == store.JobFailed && refundAt >= 0:
+			items = s.withMoney(items, jobID, store.Money{Recognized: -job.Paid()})
 		}
 		err := s.transact(ctx, items)
 		var tf *txFailed

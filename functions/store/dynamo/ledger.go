@@ -600,7 +600,7 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		if p := a.PaidOut + delta; p < 0 || p > a.Earned {
 			return fail(fmt.Errorf("paid out %d%+d against earned %d: %w", a.PaidOut, delta, a.Earned, store.ErrInsufficientCredits))
 		}
-		err = s.transact(ctx, s.withEntry([]types.TransactWriteItem{
+		err = s.transact(ctx, s.withMoney(s.withEntry([]types.TransactWriteItem{
 			{Put: &types.Put{TableName: s.tableName(), Item: mark.av(), ConditionExpression: notExists}},
 			{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
 				// An account item written before PaidOut existed has no
@@ -609,7 +609,7 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 				ConditionExpression:       aws.String(paidOutIs(a.PaidOut)),
 				ExpressionAttributeNames:  names(aPaidOut),
 				ExpressionAttributeValues: values{":d": num(delta), ":old": num(a.PaidOut), ":zero": num(0)}}},
-		}, entry))
+		}, entry), idem, store.Money{PaidOut: delta}))
 		var tf *txFailed
 		switch {
 		case err == nil:

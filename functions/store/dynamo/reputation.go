@@ -241,6 +241,7 @@ func (s *Store) judgement(v store.Verdict, st standings, before, after store.Rep
 				Key: accountKey(v.AccountID).av(), ConditionExpression: exists}},
 			s.earnItem(v.AccountID, v.JobID, v.Earning))
 		j.items = s.withEntry(j.items, store.CanaryEarningEntry(v))
+		j.items = s.withMoney(j.items, v.JobID+"#"+v.Pubkey, store.Money{Earned: v.Earning})
 	}
 	if workerLive {
 		j.workerAt = len(j.items)

@@ -85,6 +85,76 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 	return st, nil
 }
 
+// The attributes of the money totals (store.Money) on the stats shards'
+// total items.
+const (
+	aMoneyDeposited  = "money_deposited"
+	aMoneyGranted    = "money_granted"
+	aMoneyRecognized = "money_recognized"
+	aMoneyEarned     = "money_earned"
+	aMoneyPaidOut    = "money_paid_out"
+)
+
+// moneyAdds is the ADD clauses, names and values that add m's non-zero
+// fields to a stats shard's total item.
+func moneyAdds(m store.Money) (clauses []string, n map[string]string, v values) {
+	n, v = map[string]string{}, values{}
+	for _, f := range []struct {
+		attr  string
+		delta int64
+	}{{aMoneyDeposited, m.Deposited}, {aMoneyGranted, m.Granted}, {aMoneyRecognized, m.Recognized},
+		{aMoneyEarned, m.Earned}, {aMoneyPaidOut, m.PaidOut}} {
+		if f.delta != 0 {
+			clauses = append(clauses, "#"+f.attr+" :"+f.attr)
+			n["#"+f.attr], v[":"+f.attr] = f.attr, num(f.delta)
+		}
+	}
+	return clauses, n, v
+}
+
+// withMoney appends to a move's transaction the update that adds m to the
+// money totals, on the stats shard chosen by seed (the move's job id or
+// idempotency key), unless m is zero. No condition: the move's own items
+// let it through once.
+func (s *Store) withMoney(items []types.TransactWriteItem, seed string, m store.Money) []types.TransactWriteItem {
+	clauses, n, v := moneyAdds(m)
+	if len(clauses) == 0 {
+		return items
+	}
+	return append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(),
+		Key:                      key{fmt.Sprintf("%s%d", pStats, shard(seed, statShards)), sTotal}.av(),
+		UpdateExpression:         aws.String("ADD " + strings.Join(clauses, ", ")),
+		ExpressionAttributeNames: n, ExpressionAttributeValues: v}})
+}
+
+// MoneyTotals implements store.Earnings: the sum of the stats shards'
+// totals, read in one batch.
+func (s *Store) MoneyTotals(ctx context.Context) (store.Money, error) {
+	var m store.Money
+	keys := make([]map[string]types.AttributeValue, 0, statShards)
+	for i := range statShards {
+		keys = append(keys, key{fmt.Sprintf("%s%d", pStats, i), sTotal}.av())
+	}
+	err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		var c struct {
+			Deposited  int64 `dynamodbav:"money_deposited"`
+			Granted    int64 `dynamodbav:"money_granted"`
+			Recognized int64 `dynamodbav:"money_recognized"`
+			Earned     int64 `dynamodbav:"money_earned"`
+			PaidOut    int64 `dynamodbav:"money_paid_out"`
+		}
+		if err := unmarshal(item, &c); err != nil {
+			return err
+		}
+		m = m.Add(store.Money(c))
+		return nil
+	})
+	if err != nil {
+		return store.Money{}, fmt.Errorf("dynamo: money totals: %w", err)
+	}
+	return m, nil
+}
+
 // batchGet reads keys (at most 100) consistently and calls fn for each item
 // found. A batch may come back partly processed under load: the rest is
 // asked for again after a backoff until none is left.

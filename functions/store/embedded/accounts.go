@@ -117,6 +117,13 @@ func grantOnce(tx *bolt.Tx, e store.Entry) (applied bool, err error) {
 	if err := putEntry(tx, e); err != nil {
 		return false, err
 	}
+	m := store.Money{Granted: e.Credits}
+	if deposit {
+		m = store.Money{Deposited: e.Credits}
+	}
+	if err := addMoney(tx, m); err != nil {
+		return false, err
+	}
 	return true, putJSON(tx.Bucket(bGrants), []byte(e.Ref), grant{AccountID: e.AccountID, Credits: e.Credits, Deposit: deposit})
 }
 

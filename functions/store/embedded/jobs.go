@@ -372,6 +372,9 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 				return err
 			}
 		}
+		if err := addMoney(tx, store.Money{Recognized: job.Paid()}); err != nil {
+			return err
+		}
 		job.State = store.JobDone
 		job.Updated = c.At
 		job.PromptTokens = c.PromptTokens
@@ -398,6 +401,9 @@ func creditEarning(tx *bolt.Tx, e store.Entry) error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := addMoney(tx, store.Money{Earned: e.Credits}); err != nil {
 		return err
 	}
 	return putEntry(tx, e)
@@ -477,6 +483,17 @@ func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (stor
 		}
 	default:
 		return store.Job{}, fmt.Errorf("job in unknown state %q", job.State)
+	}
+	// The paid part is the network's once the job ends unrefunded, and
+	// the customer's again if a refund comes later.
+	switch {
+	case job.State != store.JobFailed && !refund:
+		err = addMoney(tx, store.Money{Recognized: job.Paid()})
+	case job.State == store.JobFailed && refund && !job.Refunded:
+		err = addMoney(tx, store.Money{Recognized: -job.Paid()})
+	}
+	if err != nil {
+		return store.Job{}, err
 	}
 	if job.State != store.JobFailed {
 		job.State = store.JobFailed

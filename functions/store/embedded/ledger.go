@@ -500,6 +500,9 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		if err := putEntry(tx, store.PayoutEntry(accountID, delta, key, s.now())); err != nil {
 			return err
 		}
+		if err := addMoney(tx, store.Money{PaidOut: delta}); err != nil {
+			return err
+		}
 		applied = true
 		return keys.Put([]byte(key), nil)
 	})
@@ -507,4 +510,17 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		return false, fmt.Errorf("embedded: adjust paid out of %s by %d (%s): %w", accountID, delta, key, err)
 	}
 	return applied, nil
+}
+
+// MoneyTotals implements store.Earnings.
+func (s *Store) MoneyTotals(ctx context.Context) (store.Money, error) {
+	var m store.Money
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		_, err := getJSON(tx.Bucket(bCounters), cMoney, &m)
+		return err
+	})
+	if err != nil {
+		return store.Money{}, fmt.Errorf("embedded: money totals: %w", err)
+	}
+	return m, nil
 }

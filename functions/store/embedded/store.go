@@ -77,6 +77,8 @@ var (
 	cJobsCompleted = []byte("jobs_completed")
 	cTokensServed  = []byte("tokens_served")
 	cNewestWindow  = []byte("newest_rate_window")
+	// cMoney holds the store.Money totals.
+	cMoney = []byte("money")
 )
 
 const (
@@ -250,6 +252,16 @@ func addCounter(b *bolt.Bucket, key []byte, delta int64) error {
 		return err
 	}
 	return putJSON(b, key, n+delta)
+}
+
+// addMoney adds d to the store.Money totals.
+func addMoney(tx *bolt.Tx, d store.Money) error {
+	b := tx.Bucket(bCounters)
+	var m store.Money
+	if _, err := getJSON(b, cMoney, &m); err != nil {
+		return err
+	}
+	return putJSON(b, cMoney, m.Add(d))
 }
 
 // timeKey encodes t so that byte order is time order: big-endian nanoseconds

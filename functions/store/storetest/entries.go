@@ -20,6 +20,7 @@ import (
 type moneyMoves interface {
 	SetDailyAllowance(ctx context.Context, accountID, day string, credits int64) (bool, error)
 	AdjustPaidOut(ctx context.Context, accountID string, delta int64, key string) (bool, error)
+	MoneyTotals(ctx context.Context) (store.Money, error)
 }
 
 // moves returns the fixture's store as moneyMoves, or skips the test.
@@ -319,6 +320,35 @@ var entryTests = []test{
 		}
 		if a := f.getAccount("wa"); a.Earned != 17 || a.PaidOut != 8 {
 			t.Errorf("wa earned %d, paid out %d; want 17, 8", a.Earned, a.PaidOut)
+		}
+		// The totals follow every move: j3's 10 paid credits are the only
+		// ones a job kept (j1 drew on the allowance, j2 and j4 were
+		// refunded, j5 was free), and they add up to the accounts.
+		money, err := m.MoneyTotals(f.ctx)
+		if want := (store.Money{Deposited: 150, Granted: 20, Recognized: 10, Earned: 17, PaidOut: 8}); err != nil || money != want {
+			t.Errorf("MoneyTotals = %+v, %v; want %+v", money, err, want)
+		}
+		if got, want := money.CustomerCredits(), f.getAccount("p1").Credits+f.getAccount("p2").Credits; got != want {
+			t.Errorf("customer credits %d, the accounts hold %d", got, want)
+		}
+		if got := money.Revenue(); got != 10-17-20 {
+			t.Errorf("revenue %d, want %d", got, 10-17-20)
+		}
+		// A job running still belongs to its customer; it becomes revenue
+		// when it ends, its paid part only (p2's allowance of 5 pays the
+		// rest).
+		f.admit(k2, "j6", "m1", 9, at(17))
+		if money, err = m.MoneyTotals(f.ctx); err != nil || money.CustomerCredits() != 160 || money.Recognized != 10 {
+			t.Errorf("with j6 running: %+v, %v; want customer credits 160, recognized 10", money, err)
+		}
+		f.fail("j6", false, at(18))
+		f.fail("j6", false, at(19)) // again: nothing more
+		if money, err = m.MoneyTotals(f.ctx); err != nil || money.Recognized != 14 || money.CustomerCredits() != 156 {
+			t.Errorf("j6 failed unrefunded: %+v, %v; want recognized 14, customer credits 156", money, err)
+		}
+		f.fail("j6", true, at(20)) // the refund asked for later gives it back
+		if money, err = m.MoneyTotals(f.ctx); err != nil || money.Recognized != 10 || money.CustomerCredits() != 160 {
+			t.Errorf("j6 refunded: %+v, %v; want recognized 10, customer credits 160", money, err)
 		}
 
 		// The ledger shares the accounts' partitions with their keys and
