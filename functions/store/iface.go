@@ -20,6 +20,16 @@ type Store interface {
 	// then unchanged. deposit says whether it counts in TotalDeposited.
 	Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (applied bool, err error)
 
+	// SetWallet sets an account's payout wallet, which its owner proved
+	// (the caller checks the proof), and returns the account;
+	// ErrNotFound if there is none.
+	SetWallet(ctx context.Context, accountID, wallet string) (Account, error)
+	// AccountsPaidTo lists the accounts whose payout wallet is wallet, by
+	// id.
+	AccountsPaidTo(ctx context.Context, wallet string) ([]Account, error)
+	// SetStakeBoost sets an account's StakeBoostUntil; ErrNotFound.
+	SetStakeBoost(ctx context.Context, accountID string, until time.Time) error
+
 	// PutAPIKey stores a new key, with its name and spend controls (its
 	// usage starts at 0 whatever s says); ErrLimit when the account
 	// already has MaxActiveKeys active keys; ErrExists if the hash is

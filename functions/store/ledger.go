@@ -120,6 +120,8 @@ type Ledger interface {
 	SealPlan(ctx context.Context, run string, count int, summary string, at time.Time) error
 	// RunTransfers lists a run's transfers by Seq.
 	RunTransfers(ctx context.Context, run string) ([]Transfer, error)
+	// GetTransfer returns a transfer by its key; ErrNotFound.
+	GetTransfer(ctx context.Context, key string) (Transfer, error)
 	// MarkSent records, before the send, that the transfers keys go out in
 	// transaction sig, valid until lastValid. Each must be planned (prev
 	// "") or sent under prev; otherwise ErrConflict and nothing changes.

@@ -56,7 +56,10 @@ const MaxConnsPerToken = 32
 // Account is a user: a Solana wallet address with a credit balance.
 // 1 credit = $0.01. All amounts are integers.
 type Account struct {
-	ID             string `json:"id"`
+	ID string `json:"id"`
+	// Wallet is the payout wallet: the wallet the account signed in with
+	// (its id), or another its owner proved by signing (SetWallet); never
+	// a field a client sets. Earnings are paid here.
 	Wallet         string `json:"wallet,omitempty"`
 	Credits        int64  `json:"credits"`
 	TotalDeposited int64  `json:"total_deposited"`
@@ -68,9 +71,18 @@ type Account struct {
 	Earned int64 `json:"earned"`
 	// PaidOut is the part of Earned paid out in USDC (or reserved for a
 	// payout on its way).
-	PaidOut   int64     `json:"paid_out"`
-	CreatedAt time.Time `json:"created_at"`
+	PaidOut int64 `json:"paid_out"`
+	// StakeBoostUntil is when the stake boost ends: the keeper sets it each
+	// day it reads enough matured stake in the payout wallet, so it lapses
+	// unless renewed. Until then the account's workers earn the boosted
+	// share.
+	StakeBoostUntil time.Time `json:"stake_boost_until,omitzero"`
+	CreatedAt       time.Time `json:"created_at"`
 }
+
+// Boosted reports whether the account's workers earn the boosted share at
+// now.
+func (a Account) Boosted(now time.Time) bool { return now.Before(a.StakeBoostUntil) }
 
 // Secret is an API key or a worker token as stored: only the SHA-256 hash of
 // the secret is kept.

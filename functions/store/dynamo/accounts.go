@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -70,6 +72,103 @@ func (s *Store) ownWrite(ctx context.Context, k key, token string, taken error) 
 		return nil
 	}
 	return taken
+}
+
+// paidToKey is an account's item under a payout wallet it proved.
+func paidToKey(wallet, account string) key { return key{pPaidTo + wallet, sAccount + "#" + account} }
+
+// SetWallet implements store.Store: the account's wallet, conditioned on
+// the one read, moves with its item under the wallet in one transaction.
+func (s *Store) SetWallet(ctx context.Context, accountID, wallet string) (store.Account, error) {
+	fail := func(err error) (store.Account, error) {
+		return store.Account{}, fmt.Errorf("dynamo: set wallet of %s: %w", accountID, err)
+	}
+	for try := 0; ; try++ {
+		a, err := s.GetAccount(ctx, accountID)
+		if err != nil {
+			return fail(err)
+		}
+		cond, v := "attribute_exists(pk) AND attribute_not_exists(#wallet)", values{":w": str(wallet)}
+		if a.Wallet != "" {
+			cond, v[":old"] = "#wallet = :old", str(a.Wallet)
+		}
+		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
+			UpdateExpression: aws.String("SET #wallet = :w"), ConditionExpression: aws.String(cond),
+			ExpressionAttributeNames: names(aWallet), ExpressionAttributeValues: v}}}
+		if a.Wallet != "" && a.Wallet != wallet {
+			items = append(items, types.TransactWriteItem{Delete: &types.Delete{TableName: s.tableName(), Key: paidToKey(a.Wallet, accountID).av()}})
+		}
+		item := paidToKey(wallet, accountID).av()
+		item[aAccount] = str(accountID)
+		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: item}})
+		err = s.transact(ctx, items)
+		var tf *txFailed
+		switch {
+		case err == nil:
+			a.Wallet = wallet
+			return a, nil
+		case errors.As(err, &tf) && tf.failed(0) && try < maxStaleRetries:
+			continue // the wallet changed meanwhile: read again
+		}
+		return fail(err)
+	}
+}
+
+// AccountsPaidTo implements store.Store: the account whose id is the wallet
+// (a sign-in's, paid to itself unless it proved another) and those under
+// the wallet's items, each read back to check it still pays there.
+func (s *Store) AccountsPaidTo(ctx context.Context, wallet string) ([]store.Account, error) {
+	fail := func(err error) ([]store.Account, error) {
+		return nil, fmt.Errorf("dynamo: accounts paid to %s: %w", wallet, err)
+	}
+	ids := []string{wallet}
+	err := s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  names(schema.PK),
+		ExpressionAttributeValues: values{":pk": str(pPaidTo + wallet)},
+		ConsistentRead:            aws.Bool(true),
+	}, func(item map[string]types.AttributeValue) error {
+		var it struct {
+			Account string `dynamodbav:"account"`
+		}
+		if err := unmarshal(item, &it); err != nil {
+			return err
+		}
+		ids = append(ids, it.Account)
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	slices.Sort(ids)
+	var out []store.Account
+	for _, id := range slices.Compact(ids) {
+		a, err := s.GetAccount(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fail(err)
+		}
+		if a.Wallet == wallet {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// SetStakeBoost implements store.Store.
+func (s *Store) SetStakeBoost(ctx context.Context, accountID string, until time.Time) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.tableName(), Key: accountKey(accountID).av(),
+		UpdateExpression: aws.String("SET #boost_until = :u"), ConditionExpression: exists,
+		ExpressionAttributeNames: names("boost_until"), ExpressionAttributeValues: values{":u": num(nanos(until))}})
+	if isConditionFailed(err) {
+		err = fmt.Errorf("account: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("dynamo: set stake boost of %s: %w", accountID, err)
+	}
+	return nil
 }
 
 // GetAccount implements store.Store: one query returns the account and the

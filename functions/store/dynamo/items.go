@@ -42,6 +42,7 @@ const (
 	sDeposit   = "INTENT#"   // ACCT#<id> / INTENT#<intent id>: a deposit intent, kept forever
 	sDepositAt = "INTENTAT#" // ACCT#<id> / INTENTAT#<created>#<intent id>: the account's intents in time order
 	pDepRef    = "DEPREF#"   // DEPREF#<reference> / DEPREF: the intent a reference is taken by, kept forever
+	pPaidTo    = "PAYTO#"    // PAYTO#<wallet> / ACCT#<id>: an account that proved this payout wallet
 
 	gQueue  = "Q#" // index partition of queued jobs: Q#<model>#<shard>
 	gWorker = "W#" // index partition of live workers: W#<shard>
@@ -53,6 +54,7 @@ const (
 // Attribute names used in expressions.
 const (
 	aCredits   = "credits"
+	aWallet    = "wallet"
 	aDeposited = "deposited"
 	aSpent     = "spent"
 	aAllowance = "allowance"
@@ -188,6 +190,8 @@ type accountItem struct {
 	Earned    int64  `dynamodbav:"earned"`
 	PaidOut   int64  `dynamodbav:"paid_out"`
 	Created   int64  `dynamodbav:"created,omitempty"`
+	// BoostUntil is Account.StakeBoostUntil.
+	BoostUntil int64 `dynamodbav:"boost_until,omitempty"`
 	// GPK and GSK put an account created with earnings in the index's
 	// earnings partitions (earnings shards are there from their first
 	// earning).
@@ -199,6 +203,9 @@ func toAccountItem(a store.Account) accountItem {
 	i := accountItem{key: accountKey(a.ID), ID: a.ID, Wallet: a.Wallet, Credits: a.Credits,
 		Deposited: a.TotalDeposited, Spent: a.TotalSpent, Allowance: a.FreeAllowanceLeft,
 		Earned: a.Earned, PaidOut: a.PaidOut, Created: nanos(a.CreatedAt)}
+	if !a.StakeBoostUntil.IsZero() {
+		i.BoostUntil = nanos(a.StakeBoostUntil)
+	}
 	if a.Earned > 0 {
 		i.GPK, i.GSK = earnPartition(a.ID), a.ID+"#"+sAccount
 	}
@@ -213,7 +220,15 @@ func earnPartition(account string) string {
 func (i accountItem) account() store.Account {
 	return store.Account{ID: i.ID, Wallet: i.Wallet, Credits: i.Credits, TotalDeposited: i.Deposited,
 		TotalSpent: i.Spent, FreeAllowanceLeft: i.Allowance, Earned: i.Earned, PaidOut: i.PaidOut,
-		CreatedAt: fromNanos(i.Created)}
+		CreatedAt: fromNanos(i.Created), StakeBoostUntil: boostTime(i.BoostUntil)}
+}
+
+// boostTime is a stored boost end: absent is zero.
+func boostTime(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return fromNanos(n)
 }
 
 // secretItem is an API key or worker token: once under its hash (the

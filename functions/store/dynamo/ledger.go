@@ -289,6 +289,15 @@ func (s *Store) SealPlan(ctx context.Context, run string, count int, summary str
 	return nil
 }
 
+// GetTransfer implements store.Ledger.
+func (s *Store) GetTransfer(ctx context.Context, k string) (store.Transfer, error) {
+	var it xferItem
+	if err := s.get(ctx, xferKey(k), &it); err != nil {
+		return store.Transfer{}, fmt.Errorf("dynamo: get transfer %s: %w", k, err)
+	}
+	return it.transfer(), nil
+}
+
 // RunTransfers implements store.Ledger: the run's index, then its
 // transfers in batches.
 func (s *Store) RunTransfers(ctx context.Context, run string) ([]store.Transfer, error) {

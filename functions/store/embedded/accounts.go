@@ -48,6 +48,82 @@ func (s *Store) GetAccount(ctx context.Context, id string) (store.Account, error
 	return a, nil
 }
 
+// paidToKey is an account's entry under its payout wallet.
+func paidToKey(wallet, account string) []byte { return []byte(wallet + "|" + account) }
+
+// SetWallet implements store.Store.
+func (s *Store) SetWallet(ctx context.Context, accountID, wallet string) (store.Account, error) {
+	var a store.Account
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var old string
+		err := changeAccount(tx, accountID, func(acct *store.Account) error {
+			old, acct.Wallet = acct.Wallet, wallet
+			a = *acct
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		b := tx.Bucket(bPaidTo)
+		if old != "" {
+			if err := b.Delete(paidToKey(old, accountID)); err != nil {
+				return err
+			}
+		}
+		return b.Put(paidToKey(wallet, accountID), nil)
+	})
+	if err != nil {
+		return store.Account{}, fmt.Errorf("embedded: set wallet of %s: %w", accountID, err)
+	}
+	return a, nil
+}
+
+// AccountsPaidTo implements store.Store: the account whose id is the wallet
+// (a sign-in's, paid to itself unless it proved another) and those that
+// proved it.
+func (s *Store) AccountsPaidTo(ctx context.Context, wallet string) ([]store.Account, error) {
+	var out []store.Account
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		accounts := tx.Bucket(bAccounts)
+		ids := []string{wallet}
+		p := []byte(wallet + "|")
+		c := tx.Bucket(bPaidTo).Cursor()
+		for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+			ids = append(ids, string(k[len(p):]))
+		}
+		slices.Sort(ids)
+		for _, id := range slices.Compact(ids) {
+			var a store.Account
+			ok, err := getJSON(accounts, []byte(id), &a)
+			if err != nil {
+				return err
+			}
+			if ok && a.Wallet == wallet {
+				out = append(out, a)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: accounts paid to %s: %w", wallet, err)
+	}
+	return out, nil
+}
+
+// SetStakeBoost implements store.Store.
+func (s *Store) SetStakeBoost(ctx context.Context, accountID string, until time.Time) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		return changeAccount(tx, accountID, func(a *store.Account) error {
+			a.StakeBoostUntil = until.UTC()
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("embedded: set stake boost of %s: %w", accountID, err)
+	}
+	return nil
+}
+
 // changeAccount applies change to an account in tx; ErrNotFound if there
 // is none. An error from change leaves the account as it was.
 func changeAccount(tx *bolt.Tx, id string, change func(*store.Account) error) error {

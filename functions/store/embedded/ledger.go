@@ -222,6 +222,26 @@ func (s *Store) SealPlan(ctx context.Context, run string, count int, summary str
 	return nil
 }
 
+// GetTransfer implements store.Ledger.
+func (s *Store) GetTransfer(ctx context.Context, key string) (store.Transfer, error) {
+	var t store.Transfer
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		ok := false
+		var err error
+		if b := tx.Bucket(bKeeperTransfers); b != nil {
+			ok, err = getJSON(b, []byte(key), &t)
+		}
+		if err == nil && !ok {
+			err = store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return store.Transfer{}, fmt.Errorf("embedded: get transfer %s: %w", key, err)
+	}
+	return t, nil
+}
+
 // RunTransfers implements store.Ledger.
 func (s *Store) RunTransfers(ctx context.Context, run string) ([]store.Transfer, error) {
 	var out []store.Transfer

@@ -62,6 +62,7 @@ var (
 	bDepositRefs      = []byte("deposit_refs")         // reference → account|intent id
 	bDepositsByAcct   = []byte("deposits_by_account")  // account|created|intent id → account|intent id
 	bDepositsByTime   = []byte("deposits_by_time")     // created|account|intent id → account|intent id
+	bPaidTo           = []byte("paid_to")              // wallet|account → nil: proven payout wallets
 )
 
 var allBuckets = [][]byte{
@@ -69,7 +70,7 @@ var allBuckets = [][]byte{
 	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bAccountWindows,
 	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes, bReceipts,
 	bReputations, bTokenStandings, bVerdicts, bEntries,
-	bDeposits, bDepositRefs, bDepositsByAcct, bDepositsByTime,
+	bDeposits, bDepositRefs, bDepositsByAcct, bDepositsByTime, bPaidTo,
 }
 
 // Counter keys.

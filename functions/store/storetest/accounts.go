@@ -32,6 +32,68 @@ var accountTests = []test{
 		_, err := f.s.GetAccount(f.ctx, "nobody")
 		wantErr(t, "GetAccount missing", err, store.ErrNotFound)
 	}},
+	{"PayoutWallets", func(t *testing.T, f *fixture) {
+		// "w1" signed in (its id is its wallet); "a2" proved w1 too; "a3"
+		// has no wallet yet.
+		f.account("w1", 0, 0) // its Wallet is "wallet-w1": set it to itself
+		if _, err := f.s.SetWallet(f.ctx, "w1", "w1"); err != nil {
+			t.Fatalf("SetWallet w1: %v", err)
+		}
+		f.account("a2", 0, 0)
+		a, err := f.s.SetWallet(f.ctx, "a2", "w1")
+		if err != nil || a.Wallet != "w1" || a.ID != "a2" {
+			t.Fatalf("SetWallet a2 = %+v, %v", a, err)
+		}
+		if err := f.s.CreateAccount(f.ctx, store.Account{ID: "a3", CreatedAt: at(1)}); err != nil {
+			t.Fatal(err)
+		}
+		paidTo := func(wallet string, want ...string) {
+			t.Helper()
+			as, err := f.s.AccountsPaidTo(f.ctx, wallet)
+			var ids []string
+			for _, a := range as {
+				ids = append(ids, a.ID)
+			}
+			if err != nil || !slices.Equal(ids, want) {
+				t.Errorf("AccountsPaidTo %s = %v, %v; want %v", wallet, ids, err, want)
+			}
+		}
+		paidTo("w1", "a2", "w1")
+		// a2 moves to w2: w1 no longer lists it; a3 takes its first.
+		if _, err := f.s.SetWallet(f.ctx, "a2", "w2"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.s.SetWallet(f.ctx, "a3", "w2"); err != nil {
+			t.Fatal(err)
+		}
+		paidTo("w1", "w1")
+		paidTo("w2", "a2", "a3")
+		paidTo("wallet-w1") // w1's old wallet, set at creation, never proven
+		// w1 pays elsewhere: the account named after the wallet is not
+		// paid to it any more.
+		if _, err := f.s.SetWallet(f.ctx, "w1", "w2"); err != nil {
+			t.Fatal(err)
+		}
+		paidTo("w1")
+		paidTo("w2", "a2", "a3", "w1")
+		if got := f.getAccount("a2"); got.Wallet != "w2" {
+			t.Errorf("a2's wallet %q, want w2", got.Wallet)
+		}
+		_, err = f.s.SetWallet(f.ctx, "nobody", "w1")
+		wantErr(t, "SetWallet of no account", err, store.ErrNotFound)
+
+		until := at(5).Add(24 * time.Hour)
+		if err := f.s.SetStakeBoost(f.ctx, "a2", until); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.getAccount("a2"); !got.StakeBoostUntil.Equal(until) || !got.Boosted(at(5)) || got.Boosted(until) {
+			t.Errorf("a2 boosted until %v, want %v", got.StakeBoostUntil, until)
+		}
+		if got := f.getAccount("a3"); !got.StakeBoostUntil.IsZero() || got.Boosted(at(5)) {
+			t.Errorf("a3 boosted until %v", got.StakeBoostUntil)
+		}
+		wantErr(t, "SetStakeBoost of no account", f.s.SetStakeBoost(f.ctx, "nobody", until), store.ErrNotFound)
+	}},
 	{"GrantOnce", func(t *testing.T, f *fixture) {
 		for _, deposit := range []bool{true, false} {
 			t.Run(fmt.Sprintf("deposit=%v", deposit), func(t *testing.T) {

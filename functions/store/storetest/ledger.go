@@ -290,6 +290,11 @@ var ledgerTests = []struct {
 		if got.Signature != "s2" || got.LastValidBlockHeight != 20 || got.Attempts != 2 || got.State != store.TransferSent {
 			t.Fatalf("after resend: %+v", got)
 		}
+		if one, err := l.GetTransfer(ctx, ts[0].Key); err != nil || one.Signature != "s2" || one.State != store.TransferSent || one.Run != "r" {
+			t.Fatalf("GetTransfer = %+v, %v; want it sent under s2", one, err)
+		}
+		_, err := l.GetTransfer(ctx, "r/reward/nobody")
+		mustIs(t, "GetTransfer of an unknown key", err, store.ErrNotFound)
 		mustIs(t, "Settle under an old signature", l.Settle(ctx, keysOf(ts[:2]), "s1", store.TransferConfirmed, "", lt0), store.ErrConflict)
 		if err := l.Settle(ctx, keysOf(ts[:2]), "s2", store.TransferConfirmed, "", lt0); err != nil {
 			t.Fatal(err)
@@ -309,7 +314,7 @@ var ledgerTests = []struct {
 		if got := byKey(t, l, "r")[ts[2].Key]; got.State != store.TransferFailed || got.Reason != "swap_failed" {
 			t.Fatalf("failed transfer = %+v", got)
 		}
-		_, err := l.RunTransfers(ctx, "nothing")
+		_, err = l.RunTransfers(ctx, "nothing")
 		if err != nil {
 			t.Fatalf("RunTransfers of an unknown run: %v", err)
 		}
