@@ -3,7 +3,7 @@
 // built-in GGUF engine) to the network over the relay and serves jobs for
 // USDC.
 //
-//	workerd init                             create the identity keypair (payout wallet)
+//	workerd init                             create the identity keypair
 //	workerd [run] [flags]                    connect and serve until SIGINT/SIGTERM
 //	workerd shard plan|accept|verify|sign    sharded-ring tools (functions/shard/README.md)
 //	workerd version
@@ -114,12 +114,20 @@ func initKey(args []string) error {
 		if lerr != nil {
 			return lerr
 		}
-		fmt.Printf("identity already exists: %s\nwallet (payouts): %s\n", path, identity.Address(existing))
+		fmt.Printf("identity already exists: %s\nidentity: %s\n%s", path, identity.Address(existing), payoutNote)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Printf("created identity %s\nwallet (payouts): %s\nkeep this file secret: it controls your earnings\n", path, identity.Address(key))
+	fmt.Printf("created identity %s\nidentity: %s\n%skeep this file secret: whoever holds it works as your worker, on its reputation\n",
+		path, identity.Address(key), payoutNote)
 	return nil
 }
+
+// payoutNote is what init says of payouts, as the keeper pays them: to the
+// account's payout wallet, never to an identity the owner did not prove.
+const payoutNote = `earnings are paid to your account's payout wallet: the wallet you signed in with,
+or one you prove by signing with it (this file too: c0mpute-wallet -key FILE payout-wallet);
+GET /v1/earnings shows which
+`

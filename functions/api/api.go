@@ -60,6 +60,8 @@ type Store interface {
 	ListDeposits(ctx context.Context, accountID string, limit int) ([]store.Deposit, error)
 	OpenDeposits(ctx context.Context, since time.Time, limit int) ([]store.Deposit, error)
 	CreditDeposit(ctx context.Context, c store.DepositCredit) (store.Deposit, bool, error)
+	SetWallet(ctx context.Context, accountID, wallet string) (store.Account, error)
+	GetTransfer(ctx context.Context, key string) (store.Transfer, error)
 }
 
 // Dispatcher assigns jobs to workers.
@@ -107,8 +109,10 @@ type Limits struct {
 	KeepAliveAfter time.Duration `validate:"min=1"`
 	// KeepAliveEvery spaces the comments.
 	KeepAliveEvery time.Duration `validate:"min=1"`
-	// WorkerSharePercent is the worker's share of a job's price.
-	WorkerSharePercent int64 `validate:"min=0,max=100"`
+	// WorkerSharePercent is the worker's share of a job's price;
+	// BoostedSharePercent that of an account with the stake boost.
+	WorkerSharePercent  int64 `validate:"min=0,max=100"`
+	BoostedSharePercent int64 `validate:"min=0,max=100"`
 	// MaxAttempts bounds how often a job moves to another worker.
 	MaxAttempts int `validate:"min=1"`
 	// MaxTokPerSec is the fastest single stream, in tokens per second, a
@@ -122,15 +126,16 @@ type Limits struct {
 // DefaultLimits returns production defaults.
 func DefaultLimits() Limits {
 	return Limits{
-		RatePerMinute:      60,
-		QueueWait:          30 * time.Second,
-		FirstToken:         60 * time.Second,
-		Job:                10 * time.Minute,
-		KeepAliveAfter:     2 * time.Second,
-		KeepAliveEvery:     10 * time.Second,
-		WorkerSharePercent: 70,
-		MaxAttempts:        3,
-		MaxTokPerSec:       1000,
+		RatePerMinute:       60,
+		QueueWait:           30 * time.Second,
+		FirstToken:          60 * time.Second,
+		Job:                 10 * time.Minute,
+		KeepAliveAfter:      2 * time.Second,
+		KeepAliveEvery:      10 * time.Second,
+		WorkerSharePercent:  70,
+		BoostedSharePercent: 80,
+		MaxAttempts:         3,
+		MaxTokPerSec:        1000,
 	}
 }
 
@@ -151,6 +156,7 @@ type Server struct {
 	signIn   *siws.Issuer
 	deposits *Deposits
 	topUps   *TopUps
+	boosts   boostCache
 	// suspects is called with a worker whose reply looked wrong.
 	suspects atomic.Pointer[func(conn string)]
 }
@@ -217,6 +223,9 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/deposits", s.authed(s.listDeposits))
 	mux.Handle("POST /v1/deposits/{id}/verify", s.authed(s.verifyDeposit))
 	mux.Handle("POST /v1/x402/top-up", handler(s.topUp))
+	mux.Handle("GET /v1/earnings", s.authed(s.earnings))
+	mux.Handle("POST /v1/payout-wallet/challenge", s.managing(s.payoutWalletChallenge))
+	mux.Handle("POST /v1/payout-wallet", s.managing(s.setPayoutWallet))
 	mux.Handle("GET /v1/stats", handler(s.stats))
 	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
 	mux.Handle("GET /v1/workers", s.authed(s.workers))

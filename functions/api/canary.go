@@ -92,7 +92,12 @@ func (s *Server) Canary(ctx context.Context, c CanaryRequest) (CanaryReply, erro
 		reply.Text = *t
 	}
 	if m, ok := s.catalog.Resolve(c.Request.Model); ok {
-		reply.Earning = m.Price * s.limits.WorkerSharePercent / 100
+		// The worker's share, boosted or not, as for any job.
+		account := ""
+		if job, err := s.store.GetJob(ctx, resp.ID); err == nil {
+			account = job.WorkerAccount
+		}
+		reply.Earning = s.earningFor(ctx, m.Price, account, s.now())
 	}
 	return reply, nil
 }

@@ -207,6 +207,9 @@ type jobRun struct {
 	// workerPubkey is the identity the store recorded for the current
 	// worker at Assign: its receipt must be signed with that key.
 	workerPubkey string
+	// workerAccount is the current worker's account, which its earning
+	// goes to (and whose stake boost sets its share).
+	workerAccount string
 	// output hashes what the gateway relayed from the current worker, as
 	// the worker's receipt hashes what it sent; stats counts what its
 	// text is made of, for the checks.
@@ -282,7 +285,7 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) 
 		return false, j.end(clientCtx, "store_error", fmt.Errorf("dispatch: %w", err))
 	}
 	if ok {
-		j.worker, j.workerPubkey = assigned.Worker, assigned.WorkerPubkey
+		j.worker, j.workerPubkey, j.workerAccount = assigned.Worker, assigned.WorkerPubkey, assigned.WorkerAccount
 		return true, nil
 	}
 	queueWait := time.NewTimer(s.limits.QueueWait)
@@ -304,7 +307,7 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) 
 				// raced a move): adopt it only as the store has it.
 				if cur, err := s.store.GetJob(jobCtx, j.job.ID); err == nil && cur.State == store.JobAssigned &&
 					cur.Worker == m.Worker && cur.Listener == j.job.Listener && !j.excluded[m.Worker] {
-					j.worker, j.workerPubkey = m.Worker, cur.WorkerPubkey
+					j.worker, j.workerPubkey, j.workerAccount = m.Worker, cur.WorkerPubkey, cur.WorkerAccount
 					return true, nil
 				}
 			case error:
@@ -319,7 +322,7 @@ func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) 
 		case <-recheck.C:
 			switch job, ok := j.recheck(jobCtx); {
 			case ok && job.State == store.JobAssigned && job.Listener == j.job.Listener:
-				j.worker, j.workerPubkey = job.Worker, job.WorkerPubkey
+				j.worker, j.workerPubkey, j.workerAccount = job.Worker, job.WorkerPubkey, job.WorkerAccount
 				return true, nil
 			case ok && job.State == store.JobFailed:
 				// Failed elsewhere (settled already): only the answer is left.
@@ -628,7 +631,7 @@ func (j *jobRun) moveNow(clientCtx context.Context) bool {
 		return false
 	}
 	j.worker, j.next = "", assigned.Worker
-	j.workerPubkey = assigned.WorkerPubkey
+	j.workerPubkey, j.workerAccount = assigned.WorkerPubkey, assigned.WorkerAccount
 	j.out.reset()
 	return true
 }
@@ -673,12 +676,13 @@ func (j *jobRun) complete(m *relaymsg.Done) oaiwire.Usage {
 	now := s.now()
 	usage := boundUsage(m.Usage, j.deltas, j.replyBytes, j.jobBytes)
 	c := store.Completion{JobID: j.job.ID, Worker: j.worker, PromptTokens: usage.PromptTokens,
-		CompletionTokens: usage.CompletionTokens, Earning: s.earning(j.job), At: now,
-		Receipt: storeReceipt(m.Receipt)}
-	if j.job.Canary {
-		// A canary earns once its answer is judged (the verdict credits
-		// it), not for finishing.
-		c.Earning = 0
+		CompletionTokens: usage.CompletionTokens, At: now, Receipt: storeReceipt(m.Receipt)}
+	// A canary earns once its answer is judged (the verdict credits it),
+	// not for finishing.
+	if !j.job.Canary {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		c.Earning = s.earningFor(ctx, j.job.Price, j.workerAccount, now)
+		cancel()
 	}
 	// Decode speed: the deltas the gateway relayed after the first, over
 	// the time since the first chunk arrived, as the gateway saw it —
@@ -745,9 +749,6 @@ func rawSpeed(deltas int64, elapsed time.Duration, started bool) int64 {
 	// (deltas-1) tokens per us × 10^9 = milli-tokens per second.
 	return (deltas - 1) * 1_000_000_000 / us
 }
-
-// earning is the worker's share of a job's price.
-func (s *Server) earning(job store.Job) int64 { return job.Price * s.limits.WorkerSharePercent / 100 }
 
 // dispatchWorker runs dispatch for the models of a worker that turned idle.
 func (s *Server) dispatchWorker(conn, model string) {

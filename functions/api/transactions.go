@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -24,9 +25,11 @@ type transactionJSON struct {
 	Credits   int64  `json:"credits"`
 	Allowance int64  `json:"allowance,omitempty"`
 	JobID     string `json:"job_id,omitempty"`
-	// Signature is a deposit's transaction signature; Ref the key of a
-	// grant, allowance or payout.
+	// Signature is the transaction of a deposit, or of a payout once the
+	// keeper signed it, with the payout's State (planned, sent,
+	// confirmed or failed); Ref the key of a grant, allowance or payout.
 	Signature string `json:"signature,omitempty"`
+	State     string `json:"state,omitempty"`
 	Ref       string `json:"ref,omitempty"`
 	Created   int64  `json:"created"`
 }
@@ -42,6 +45,10 @@ type transactionsJSON struct {
 // depositRef is how a deposit's idempotency key starts (onchain/deposit):
 // the rest is the transaction signature.
 const depositRef = "deposit:"
+
+// payoutGiveBack ends the key of the entry that gives back a failed
+// payout's reservation (onchain/keeper).
+const payoutGiveBack = "/failed"
 
 // transactionsPage bounds a page of GET /v1/transactions.
 const transactionsPage = 100
@@ -75,6 +82,17 @@ func (s *Server) transactions(w http.ResponseWriter, r *http.Request) error {
 			JobID: e.JobID, Ref: e.Ref, Created: e.At.Unix()}
 		if e.Kind == store.EntryDeposit && strings.HasPrefix(e.Ref, depositRef) {
 			t.Signature, t.Ref = strings.TrimPrefix(e.Ref, depositRef), ""
+		}
+		if e.Kind == store.EntryPayout {
+			// A payout's entry is keyed by its transfer in the keeper's
+			// ledger (a failed one's give-back by that key + "/failed").
+			tr, err := s.store.GetTransfer(r.Context(), strings.TrimSuffix(e.Ref, payoutGiveBack))
+			switch {
+			case err == nil:
+				t.Signature, t.State = tr.Signature, string(tr.State)
+			case !errors.Is(err, store.ErrNotFound):
+				return err
+			}
 		}
 		out.Data = append(out.Data, t)
 	}

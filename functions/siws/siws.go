@@ -75,6 +75,19 @@ func NewIssuer(secret, domain, uri, chainID, statement string) (*Issuer, error) 
 	return &Issuer{Domain: domain, URI: uri, ChainID: chainID, Statement: statement, key: mac.Sum(nil)}, nil
 }
 
+// WithStatement is an issuer for another purpose on the same site and key:
+// its messages carry statement instead, and those of one are refused by the
+// other (Verify checks the statement). Nonces are shared, as their single
+// use is (the caller's store.UseNonce).
+func (iss *Issuer) WithStatement(statement string) (*Issuer, error) {
+	if strings.ContainsAny(statement, "\n\r") {
+		return nil, errors.New("siws: the statement is one line")
+	}
+	c := *iss
+	c.Statement = statement
+	return &c, nil
+}
+
 // Challenge issues an input for wallet (base58; "" lets any wallet answer)
 // at now.
 func (iss *Issuer) Challenge(wallet string, now time.Time) Input {

@@ -187,6 +187,11 @@ type Store interface {
 	// Deposit intents and their credits (see Deposits).
 	Deposits
 
+	// The keeper's ledger and the earnings it pays out (see Ledger and
+	// Earnings).
+	Ledger
+	Earnings
+
 	// Stats returns network figures as of now.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
 

@@ -46,6 +46,10 @@ var (
 // hold at a time (SPEC: "at most 5 active per account").
 const MaxActiveKeys = 5
 
+// MinPayoutCredits is the smallest payout of a worker account's earnings
+// (SPEC: $1).
+const MinPayoutCredits = 100
+
 // MaxConnsPerToken is the most live worker connections one worker token may
 // hold: a contributor's GPUs share a token (several workerd processes, and
 // each rolls its connection before API Gateway's 2 h cap, briefly holding

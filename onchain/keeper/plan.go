@@ -19,6 +19,7 @@ import (
 
 	"github.com/gagliardetto/solana-go"
 
+	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/onchain/stakes"
 )
 
@@ -205,7 +206,7 @@ func PlanAllowance(in AllowanceInputs) ([]Share, error) {
 }
 
 // MinPayout is the smallest worker payout, in USDC base units (SPEC: $1).
-const MinPayout = 1_000_000
+const MinPayout = store.MinPayoutCredits * creditUnits
 
 // CreditsToUSDC converts credits (1 credit = $0.01) to USDC base units.
 func CreditsToUSDC(credits int64) uint64 { return uint64(credits) * 10_000 }

@@ -1,7 +1,10 @@
-// Package identity is a worker's ed25519 keypair: its identity on the relay
-// and its Solana payout wallet. The file format is Solana's keypair file (a
-// JSON array of the 64 secret-key bytes), so `solana-keygen` and wallets
-// read it as they are.
+// Package identity is a worker's ed25519 keypair: its identity on the relay,
+// the key its connects and receipts are signed with and its reputation is
+// kept under. It is not where earnings go: those are paid to the account's
+// payout wallet, which this key becomes only if the owner proves it like
+// any wallet (c0mpute-wallet payout-wallet). The file format is Solana's
+// keypair file (a JSON array of the 64 secret-key bytes), so
+// `solana-keygen` and wallets read it as they are.
 package identity
 
 import (
@@ -18,7 +21,7 @@ import (
 )
 
 // ErrExists means a key file is already there; init never overwrites one,
-// since it is the wallet earnings are paid to.
+// since the worker's reputation is kept under it.
 var ErrExists = errors.New("identity: key file already exists")
 
 // Create makes a new keypair at path (mode 0600) and returns it.

@@ -4,6 +4,8 @@
 //	c0mpute-wallet signin             Sign-In With Solana; prints OPENAI_API_KEY=… for eval
 //	c0mpute-wallet deposit AMOUNT     pays AMOUNT USDC with a Solana Pay transfer, waits for
 //	                                  finality and has it verified; prints the credits
+//	c0mpute-wallet payout-wallet      makes the wallet the payout wallet of the account whose
+//	                                  key is OPENAI_API_KEY, by signing the gateway's challenge
 //
 // Settings come from the environment scripts/dev writes to dev.env, or from
 // flags: C0MPUTE_DEV_WALLET (-key, the keypair file), OPENAI_BASE_URL (-api,
@@ -37,12 +39,15 @@ import (
 	"github.com/c0mpute/c0mpute/onchain/chain"
 )
 
-const usage = `usage: c0mpute-wallet [flags] signin | deposit AMOUNT
+const usage = `usage: c0mpute-wallet [flags] signin | deposit AMOUNT | payout-wallet
 
   signin          sign in with the wallet (Sign-In With Solana); prints
                   OPENAI_API_KEY=<a new key>, so: eval "$(c0mpute-wallet signin)"
   deposit AMOUNT  deposit AMOUNT USDC (like 5 or 2.50) from the wallet with a
                   Solana Pay transfer; the gateway credits 100 credits per USDC
+  payout-wallet   have the earnings of the account whose key is OPENAI_API_KEY
+                  paid to the wallet (-key: any Solana keypair file, a workerd
+                  identity too), proven by the wallet's signature
 
 flags (defaults from the environment dev.env sets):
 `
@@ -107,8 +112,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return errors.New(`deposit needs the account's key in OPENAI_API_KEY: eval "$(c0mpute-wallet signin)" first`)
 		}
 		return deposit(ctx, g, rpc.New(*rpcURL), key, fs.Arg(1), stdout)
+	case "payout-wallet":
+		g.key = os.Getenv("OPENAI_API_KEY")
+		if g.key == "" {
+			return errors.New("payout-wallet needs the key of the account to be paid in OPENAI_API_KEY")
+		}
+		set, err := g.setPayoutWallet(ctx, key, stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "the earnings of account %s are paid to %s\n", set.AccountID, set.Wallet)
+		return nil
 	default:
-		return fmt.Errorf("unknown command %q: want signin or deposit", cmd)
+		return fmt.Errorf("unknown command %q: want signin, deposit or payout-wallet", cmd)
 	}
 }
 
@@ -187,6 +203,32 @@ func (g *gateway) signIn(ctx context.Context, key solana.PrivateKey) (signedIn, 
 		map[string]string{"wallet": wallet, "message": msg, "signature": base58.Encode(sig)}, &out)
 	if err != nil {
 		return signedIn{}, fmt.Errorf("sign-in: %w", err)
+	}
+	return out, nil
+}
+
+type payoutWallet struct {
+	AccountID string `json:"account_id"`
+	Wallet    string `json:"wallet"`
+}
+
+// setPayoutWallet asks for the account's payout-wallet challenge for the
+// key's wallet, shows what it signs, signs it and sends the proof.
+func (g *gateway) setPayoutWallet(ctx context.Context, key solana.PrivateKey, stderr io.Writer) (payoutWallet, error) {
+	wallet := key.PublicKey().String()
+	var in siws.Input
+	if err := g.call(ctx, http.MethodPost, "/payout-wallet/challenge", map[string]string{"wallet": wallet}, &in); err != nil {
+		return payoutWallet{}, fmt.Errorf("payout-wallet challenge: %w", err)
+	}
+	in.Address = wallet
+	msg := siws.Message(in)
+	fmt.Fprintf(stderr, "signing with %s: %s\n", wallet, in.Statement)
+	sig := ed25519.Sign(ed25519.PrivateKey(key), []byte(msg))
+	var out payoutWallet
+	err := g.call(ctx, http.MethodPost, "/payout-wallet",
+		map[string]string{"wallet": wallet, "message": msg, "signature": base58.Encode(sig)}, &out)
+	if err != nil {
+		return payoutWallet{}, fmt.Errorf("payout-wallet: %w", err)
 	}
 	return out, nil
 }
