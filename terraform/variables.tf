@@ -159,6 +159,7 @@ variable "keeper_config" {
     priority_fee_cap = optional(number)
     allowance_pool   = optional(number)
     allowance_cap_bp = optional(number)
+    stake_boost_min  = optional(number)
   })
 }
 

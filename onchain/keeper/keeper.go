@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/gagliardetto/solana-go"
@@ -64,6 +65,9 @@ type Keeper struct {
 	// the money totals the rewards split is computed from; nil where only
 	// explicit payouts (Payouts) run.
 	Earnings store.Earnings
+	// Accounts are where StakeBoosts finds and boosts accounts; nil where
+	// it does not run.
+	Accounts Accounts
 	Exec     *Executor
 	Stakes   stakes.Client
 	Balances BalanceReader
@@ -73,6 +77,13 @@ type Keeper struct {
 	// owes beyond what the store knows of (customers' credits and workers'
 	// earnings are counted without it): checked, never split.
 	Reserved uint64
+}
+
+// Accounts are the store's accounts as the stake boost sees them: by payout
+// wallet.
+type Accounts interface {
+	AccountsPaidTo(ctx context.Context, wallet string) ([]store.Account, error)
+	SetStakeBoost(ctx context.Context, accountID string, until time.Time) error
 }
 
 // BalanceReader reads a token account's balance (chain.Chain via the RPC
@@ -505,4 +516,60 @@ func (k *Keeper) Allowance(ctx context.Context, at time.Time, pool, capBP int64,
 		}
 	}
 	return shares, nil
+}
+
+// DefaultBoostMin is the matured stake that earns the stake boost (SPEC:
+// 500,000 ZERO), in ZERO base units.
+const DefaultBoostMin = 500_000 * 1_000_000
+
+// boostGrace is how long past the next day's start a boost lasts, so that a
+// daily run a little late does not drop it for a while.
+const boostGrace = 2 * time.Hour
+
+// Boost is one account the stake boost reaches: its payout wallet holds
+// Matured ZERO (base units) of matured stake.
+type Boost struct {
+	Wallet  string    `json:"wallet"`
+	Account string    `json:"account"`
+	Matured uint64    `json:"matured"`
+	Until   time.Time `json:"until"`
+}
+
+// StakeBoosts reads every stake account and boosts, until the start of the
+// next day plus a grace, each account whose payout wallet has at least min
+// ZERO of matured stake at at. A boost not renewed lapses by itself: an
+// account whose wallet unstaked loses it the next day. Without execute it
+// only lists them.
+func (k *Keeper) StakeBoosts(ctx context.Context, at time.Time, minimum uint64, execute bool) ([]Boost, error) {
+	if k.Accounts == nil {
+		return nil, errors.New("keeper: the stake boost needs the store's accounts")
+	}
+	all, err := stakes.Read(ctx, k.Stakes, k.Config)
+	if err != nil {
+		return nil, err
+	}
+	until := at.UTC().Truncate(24 * time.Hour).Add(24*time.Hour + boostGrace)
+	var out []Boost
+	for owner, matured := range stakes.Matured(all, at) {
+		if matured < minimum {
+			continue
+		}
+		accounts, err := k.Accounts.AccountsPaidTo(ctx, owner.String())
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range accounts {
+			out = append(out, Boost{Wallet: owner.String(), Account: a.ID, Matured: matured, Until: until})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Account < out[j].Account })
+	if !execute {
+		return out, nil
+	}
+	for _, b := range out {
+		if err := k.Accounts.SetStakeBoost(ctx, b.Account, b.Until); err != nil {
+			return out, fmt.Errorf("keeper: boost %s: %w", b.Account, err)
+		}
+	}
+	return out, nil
 }

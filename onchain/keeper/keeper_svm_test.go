@@ -173,15 +173,7 @@ func newWorld(t testing.TB, e *svmtest.Env, compounders bool, failSwap bool) *wo
 
 // ledgerStore is the store the keeper runs on: its ledger, and the
 // accounts, keys and jobs whose money totals the split is computed from.
-type ledgerStore interface {
-	store.Ledger
-	store.Earnings
-	CreateAccount(ctx context.Context, a store.Account) error
-	Grant(ctx context.Context, accountID string, credits int64, idemKey string, deposit bool) (bool, error)
-	PutAPIKey(ctx context.Context, s store.Secret) error
-	Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error)
-	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
-}
+type ledgerStore = store.Store
 
 // customer makes an account that deposits credits and spends spent of
 // them on a job that ends unrefunded (its client left): the network's

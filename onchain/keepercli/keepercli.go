@@ -61,6 +61,9 @@ type Config struct {
 	// AllowancePool and AllowanceCapBP: SPEC defaults 5,000 credits, 25%.
 	AllowancePool  int64 `json:"allowance_pool" validate:"gte=0"`
 	AllowanceCapBP int64 `json:"allowance_cap_bp" validate:"gte=0,lte=10000"`
+	// StakeBoostMin is the matured stake, in ZERO base units, whose
+	// payout accounts earn the boosted worker share (SPEC: 500,000 ZERO).
+	StakeBoostMin uint64 `json:"stake_boost_min" validate:"gt=0"`
 }
 
 var validate = func() *validator.Validate {
@@ -76,6 +79,7 @@ var validate = func() *validator.Validate {
 type ledger interface {
 	store.Ledger
 	store.Earnings
+	keeper.Accounts
 	Close() error
 }
 
@@ -99,7 +103,8 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("keeper: config: %w", err)
 	}
-	c := Config{AllowancePool: 5000, AllowanceCapBP: 2500, PriorityFeeCap: 1_000_000, SlippageBP: 100}
+	c := Config{AllowancePool: 5000, AllowanceCapBP: 2500, PriorityFeeCap: 1_000_000, SlippageBP: 100,
+		StakeBoostMin: keeper.DefaultBoostMin}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
@@ -258,7 +263,7 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 	if err != nil {
 		return err
 	}
-	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Stakes: client, Balances: ch, Reserved: reserve}
+	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Accounts: st, Stakes: client, Balances: ch, Reserved: reserve}
 	if cfg.PumpSwapPool != "" {
 		pool, feeBP, err := pumpswap.LoadPool(ctx, client, oc, solana.MustPublicKeyFromBase58(cfg.PumpSwapPool))
 		if err != nil {
@@ -282,11 +287,16 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 		}
 		return out.Encode(rep)
 	case "allowance":
+		// The day's staker perks: the free allowance and the stake boost.
 		shares, err := k.Allowance(ctx, day, cfg.AllowancePool, cfg.AllowanceCapBP, nil, execute)
 		if err != nil {
 			return err
 		}
-		return out.Encode(shares)
+		boosts, err := k.StakeBoosts(ctx, day, cfg.StakeBoostMin, execute)
+		if err != nil {
+			return err
+		}
+		return out.Encode(map[string]any{"allowance": shares, "stake_boosts": boosts})
 	case "payouts":
 		if id == "" && owedPath == "" {
 			ts, res, err := k.EarningsPayouts(ctx, day, execute)
