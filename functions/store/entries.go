@@ -124,10 +124,11 @@ func ChargeEntry(j Job) Entry {
 	return e
 }
 
-// RefundEntry is the entry of Fail refunding j, at the Fail's time.
-func RefundEntry(j Job, at time.Time) Entry {
+// RefundEntry is the entry of Fail refunding j, at the Fail's time, giving
+// allowance (AllowanceBack) back to the free allowance.
+func RefundEntry(j Job, allowance int64, at time.Time) Entry {
 	e := newEntry(j.AccountID, EntryRefund, j.ID, at)
-	e.Credits, e.Allowance, e.JobID = j.Price-j.FromAllowance, j.FromAllowance, j.ID
+	e.Credits, e.Allowance, e.JobID = j.Price-j.FromAllowance, allowance, j.ID
 	return e
 }
 

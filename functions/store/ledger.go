@@ -139,10 +139,13 @@ type Ledger interface {
 	// Carry returns a carried value, 0 if none was ever written.
 	Carry(ctx context.Context, name string) (int64, error)
 	// SetDailyAllowance sets an account's FreeAllowanceLeft to credits
-	// once per (account, day); applied is false when that day's allowance
+	// and its AllowanceDay to day, once per (account, day); applied is false when that day's allowance
 	// was already set, and nothing changes. ErrNotFound if the account
 	// does not exist.
 	SetDailyAllowance(ctx context.Context, accountID, day string, credits int64) (applied bool, err error)
+	// AllowanceAccounts lists the accounts SetDailyAllowance gave a
+	// positive allowance for day, by id: those the next day resets.
+	AllowanceAccounts(ctx context.Context, day string) ([]string, error)
 }
 
 // Owed is a worker account's earnings not yet paid out, in credits.

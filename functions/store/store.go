@@ -69,8 +69,15 @@ type Account struct {
 	TotalDeposited int64  `json:"total_deposited"`
 	TotalSpent     int64  `json:"total_spent"`
 	// FreeAllowanceLeft is today's unspent staker allowance, drawn before
-	// paid credits.
-	FreeAllowanceLeft int64 `json:"free_allowance_left"`
+	// paid credits; AllowanceDay the day (DayOf) the keeper set it for
+	// ("" for an allowance given otherwise, which has no day). A refund
+	// gives the allowance part back only to the day it came from.
+	FreeAllowanceLeft int64  `json:"free_allowance_left"`
+	AllowanceDay      string `json:"allowance_day,omitempty"`
+	// LastRequest is when the account last made a request that cost
+	// something (from credits or the allowance): the staker allowance
+	// goes to accounts active in the last 7 days.
+	LastRequest time.Time `json:"last_request,omitzero"`
 	// Earned is what this account's workers have earned, in credits.
 	Earned int64 `json:"earned"`
 	// PaidOut is the part of Earned paid out in USDC (or reserved for a
@@ -82,6 +89,19 @@ type Account struct {
 	// share.
 	StakeBoostUntil time.Time `json:"stake_boost_until,omitzero"`
 	CreatedAt       time.Time `json:"created_at"`
+}
+
+// DayOf is the UTC day of t, as the keeper names days (2006-01-02).
+func DayOf(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// AllowanceBack is what of a refunded job's allowance part goes back to
+// account a: all of it while a's allowance is still that of the job's day
+// (or has no day), nothing once the day has passed.
+func AllowanceBack(a Account, j Job) int64 {
+	if a.AllowanceDay == "" || a.AllowanceDay == DayOf(j.Created) {
+		return j.FromAllowance
+	}
+	return 0
 }
 
 // Boosted reports whether the account's workers earn the boosted share at

@@ -79,9 +79,10 @@ type Keeper struct {
 	Reserved uint64
 }
 
-// Accounts are the store's accounts as the stake boost sees them: by payout
-// wallet.
+// Accounts are the store's accounts as the staker perks see them: by id
+// (the allowance's activity) and by payout wallet (the stake boost).
 type Accounts interface {
+	GetAccount(ctx context.Context, id string) (store.Account, error)
 	AccountsPaidTo(ctx context.Context, wallet string) ([]store.Account, error)
 	SetStakeBoost(ctx context.Context, accountID string, until time.Time) error
 }
@@ -495,27 +496,92 @@ func (k *Keeper) Payouts(ctx context.Context, id string, owed []Share, execute b
 	return ts, res, err
 }
 
-// Allowance sets the day's free-credit allowance of every staker that has
-// an account (account id = wallet address), once per day.
-func (k *Keeper) Allowance(ctx context.Context, at time.Time, pool, capBP int64, active func(solana.PublicKey) bool, execute bool) ([]Share, error) {
+// activeWindow is how recent an account's last request that cost
+// something must be for its staker to share the allowance (SPEC: 7 days).
+const activeWindow = 7 * 24 * time.Hour
+
+// resetDays is how many earlier days' allowances a day's run takes back:
+// a week, so that runs missed for a few days still leave nobody an old
+// allowance.
+const resetDays = 7
+
+// AllowanceReport is what a day's allowance run did or would do.
+type AllowanceReport struct {
+	Day string `json:"day"`
+	// Shares are the day's allowances, in credits, to the accounts of
+	// active stakers (account id = wallet).
+	Shares []Share `json:"shares"`
+	// Reset are the accounts whose earlier allowance the day takes back
+	// (to 0): their staker stopped staking or using the network.
+	Reset []string `json:"reset"`
+}
+
+// Allowance sets the day's free-credit allowance: the pool shared by
+// matured stake among stakers whose account (its id is the staking wallet)
+// made a request that cost something in the last 7 days, each capped; and
+// every account given an allowance on the 7 days before that gets none
+// today is set to 0. Each account's allowance is set once per day, so a
+// re-run changes nothing.
+func (k *Keeper) Allowance(ctx context.Context, at time.Time, pool, capBP int64, execute bool) (AllowanceReport, error) {
+	rep := AllowanceReport{Day: Day(at), Shares: []Share{}, Reset: []string{}}
+	if k.Accounts == nil {
+		return rep, errors.New("keeper: the allowance needs the store's accounts")
+	}
 	all, err := stakes.Read(ctx, k.Stakes, k.Config)
 	if err != nil {
-		return nil, err
+		return rep, err
+	}
+	var readErr error
+	active := func(owner solana.PublicKey) bool {
+		a, err := k.Accounts.GetAccount(ctx, owner.String())
+		if err != nil {
+			if !errors.Is(err, store.ErrNotFound) && readErr == nil {
+				readErr = err
+			}
+			return false // a staker who never signed in has no account to credit
+		}
+		return !a.LastRequest.Before(at.Add(-activeWindow))
 	}
 	shares, err := PlanAllowance(AllowanceInputs{At: at, Stakes: all, Active: active, Pool: pool, CapBasisPoints: capBP})
-	if err != nil || !execute {
-		return shares, err
+	if err == nil {
+		err = readErr
+	}
+	if err != nil {
+		return rep, err
+	}
+	rep.Shares = append(rep.Shares, shares...)
+	given := map[string]bool{}
+	for _, s := range shares {
+		given[s.Owner.String()] = true
+	}
+	seen := map[string]bool{}
+	for d := 1; d <= resetDays; d++ {
+		ids, err := k.Ledger.AllowanceAccounts(ctx, Day(at.AddDate(0, 0, -d)))
+		if err != nil {
+			return rep, err
+		}
+		for _, id := range ids {
+			if !given[id] && !seen[id] {
+				seen[id] = true
+				rep.Reset = append(rep.Reset, id)
+			}
+		}
+	}
+	sort.Strings(rep.Reset)
+	if !execute {
+		return rep, nil
 	}
 	for _, s := range shares {
-		_, err := k.Ledger.SetDailyAllowance(ctx, s.Owner.String(), Day(at), int64(s.Amount))
-		if errors.Is(err, store.ErrNotFound) {
-			continue // a staker who never signed in has no account to credit
-		}
-		if err != nil {
-			return nil, err
+		if _, err := k.Ledger.SetDailyAllowance(ctx, s.Owner.String(), rep.Day, int64(s.Amount)); err != nil {
+			return rep, err
 		}
 	}
-	return shares, nil
+	for _, id := range rep.Reset {
+		if _, err := k.Ledger.SetDailyAllowance(ctx, id, rep.Day, 0); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
 }
 
 // DefaultBoostMin is the matured stake that earns the stake boost (SPEC:

@@ -288,7 +288,7 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 		return out.Encode(rep)
 	case "allowance":
 		// The day's staker perks: the free allowance and the stake boost.
-		shares, err := k.Allowance(ctx, day, cfg.AllowancePool, cfg.AllowanceCapBP, nil, execute)
+		allowance, err := k.Allowance(ctx, day, cfg.AllowancePool, cfg.AllowanceCapBP, execute)
 		if err != nil {
 			return err
 		}
@@ -296,7 +296,7 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 		if err != nil {
 			return err
 		}
-		return out.Encode(map[string]any{"allowance": shares, "stake_boosts": boosts})
+		return out.Encode(map[string]any{"allowance": allowance, "stake_boosts": boosts})
 	case "payouts":
 		if id == "" && owedPath == "" {
 			ts, res, err := k.EarningsPayouts(ctx, day, execute)

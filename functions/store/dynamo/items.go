@@ -55,6 +55,8 @@ const (
 const (
 	aCredits   = "credits"
 	aWallet    = "wallet"
+	aLastReq   = "last_request"
+	aAllowDay  = "allowance_day"
 	aDeposited = "deposited"
 	aSpent     = "spent"
 	aAllowance = "allowance"
@@ -192,6 +194,9 @@ type accountItem struct {
 	Created   int64  `dynamodbav:"created,omitempty"`
 	// BoostUntil is Account.StakeBoostUntil.
 	BoostUntil int64 `dynamodbav:"boost_until,omitempty"`
+	// AllowanceDay and LastRequest are Account's.
+	AllowanceDay string `dynamodbav:"allowance_day,omitempty"`
+	LastRequest  int64  `dynamodbav:"last_request,omitempty"`
 	// GPK and GSK put an account created with earnings in the index's
 	// earnings partitions (earnings shards are there from their first
 	// earning).
@@ -205,6 +210,10 @@ func toAccountItem(a store.Account) accountItem {
 		Earned: a.Earned, PaidOut: a.PaidOut, Created: nanos(a.CreatedAt)}
 	if !a.StakeBoostUntil.IsZero() {
 		i.BoostUntil = nanos(a.StakeBoostUntil)
+	}
+	i.AllowanceDay = a.AllowanceDay
+	if !a.LastRequest.IsZero() {
+		i.LastRequest = nanos(a.LastRequest)
 	}
 	if a.Earned > 0 {
 		i.GPK, i.GSK = earnPartition(a.ID), a.ID+"#"+sAccount
@@ -220,11 +229,12 @@ func earnPartition(account string) string {
 func (i accountItem) account() store.Account {
 	return store.Account{ID: i.ID, Wallet: i.Wallet, Credits: i.Credits, TotalDeposited: i.Deposited,
 		TotalSpent: i.Spent, FreeAllowanceLeft: i.Allowance, Earned: i.Earned, PaidOut: i.PaidOut,
-		CreatedAt: fromNanos(i.Created), StakeBoostUntil: boostTime(i.BoostUntil)}
+		CreatedAt: fromNanos(i.Created), StakeBoostUntil: optionalTime(i.BoostUntil), AllowanceDay: i.AllowanceDay,
+		LastRequest: optionalTime(i.LastRequest)}
 }
 
-// boostTime is a stored boost end: absent is zero.
-func boostTime(n int64) time.Time {
+// optionalTime is a stored time that may be absent: absent is zero.
+func optionalTime(n int64) time.Time {
 	if n == 0 {
 		return time.Time{}
 	}

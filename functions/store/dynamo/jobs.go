@@ -123,6 +123,12 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		if job.FromAllowance == 0 && job.Price > 0 {
 			v[":zero"] = num(0)
 		}
+		charge, chargeNames := "SET #credits = #credits - :fc, #allowance = #allowance - :fa, #spent = #spent + :price", names(aCredits, aAllowance, aSpent)
+		if job.Price > 0 {
+			// A request that costs something makes the account active.
+			charge += ", #last_request = :created"
+			chargeNames["#"+aLastReq], v[":created"] = aLastReq, num(nanos(job.Created))
+		}
 		err = s.transact(ctx, s.withEntry([]types.TransactWriteItem{
 			admitKey: s.chargeKeyItem(r.KeyHash, accountID, job, spend),
 			admitJob: {Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
@@ -134,9 +140,9 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
 			admitAccountRate: {Update: accountRate},
 			admitAccount: {Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
-				UpdateExpression:                    aws.String("SET #credits = #credits - :fc, #allowance = #allowance - :fa, #spent = #spent + :price"),
+				UpdateExpression:                    aws.String(charge),
 				ConditionExpression:                 aws.String("attribute_exists(pk) AND #credits >= :fc" + allowanceCond),
-				ExpressionAttributeNames:            names(aCredits, aAllowance, aSpent),
+				ExpressionAttributeNames:            chargeNames,
 				ExpressionAttributeValues:           v,
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
 		}, store.ChargeEntry(job)))
@@ -658,6 +664,7 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 	}
 	freeWorker := true
 	refundKey, spend := true, s.hints.key(job.KeyHash)
+	var acct *store.Account // read when a refund gives back an allowance part
 	for try := 0; ; try++ {
 		next := job
 		var cond string
@@ -704,14 +711,36 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 		}
 		refundAt := -1
 		if refund && !job.Refunded {
+			// The allowance part goes back only to the day it came from:
+			// the account's allowance day, read, pins what is given.
+			back, cond, rv := int64(0), *exists, values{}
+			if job.FromAllowance > 0 {
+				if acct == nil {
+					a, err := s.GetAccount(ctx, job.AccountID)
+					if err != nil {
+						return fail(err)
+					}
+					acct = &a
+				}
+				back = store.AllowanceBack(*acct, job)
+				cond = "attribute_exists(pk) AND attribute_not_exists(#allowance_day)"
+				if acct.AllowanceDay != "" {
+					cond, rv[":aday"] = "#allowance_day = :aday", str(acct.AllowanceDay)
+				}
+			}
+			rv[":fc"], rv[":fa"], rv[":price"] = num(job.Price-job.FromAllowance), num(back), num(job.Price)
+			n := names(aCredits, aAllowance, aSpent)
+			if job.FromAllowance > 0 {
+				n["#"+aAllowDay] = aAllowDay
+			}
 			refundAt = len(items)
 			items = append(items, types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: accountKey(job.AccountID).av(),
-				UpdateExpression:         aws.String("SET #credits = #credits + :fc, #allowance = #allowance + :fa, #spent = #spent - :price"),
-				ConditionExpression:      exists,
-				ExpressionAttributeNames: names(aCredits, aAllowance, aSpent),
-				ExpressionAttributeValues: values{":fc": num(job.Price - job.FromAllowance), ":fa": num(job.FromAllowance),
-					":price": num(job.Price)}}})
-			items = s.withEntry(items, store.RefundEntry(job, at))
+				UpdateExpression:                    aws.String("SET #credits = #credits + :fc, #allowance = #allowance + :fa, #spent = #spent - :price"),
+				ConditionExpression:                 aws.String(cond),
+				ExpressionAttributeNames:            n,
+				ExpressionAttributeValues:           rv,
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}})
+			items = s.withEntry(items, store.RefundEntry(job, back, at))
 		}
 		keyAt := -1
 		if refundAt >= 0 && refundKey && job.KeyHash != "" && job.Price > 0 {
@@ -746,7 +775,10 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 				return fail(err)
 			}
 		case refundAt >= 0 && tf.failed(refundAt):
-			return fail(fmt.Errorf("account %s: %w", job.AccountID, store.ErrNotFound))
+			if tf.old(refundAt) == nil {
+				return fail(fmt.Errorf("account %s: %w", job.AccountID, store.ErrNotFound))
+			}
+			acct = nil // its allowance day moved on: read it again
 		case keyAt >= 0 && tf.failed(keyAt):
 			// The key's reset, period or period usage was not as
 			// known, or the key is gone (nothing to take back).

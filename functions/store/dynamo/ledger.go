@@ -34,6 +34,9 @@ const (
 	pXfer   = "XFER#"
 	pCarry  = "CARRY#"
 	pAllow  = "ALLOW#"
+	// pAllowDay lists the accounts given a positive allowance for a day:
+	// ALLOWDAY#<day> / ACCT#<account>.
+	pAllowDay = "ALLOWDAY#"
 
 	aAdded     = "added"
 	aTransfers = "transfers"
@@ -523,12 +526,20 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 	if accountID == "" || day == "" || credits < 0 {
 		return false, fmt.Errorf("dynamo: set allowance: account %q, day %q, credits %d", accountID, day, credits)
 	}
-	err := s.transact(ctx, s.withEntry([]types.TransactWriteItem{
+	items := s.withEntry([]types.TransactWriteItem{
 		{Put: &types.Put{TableName: s.tableName(), Item: key{pAllow + accountID + "#" + day, "ALLOW"}.av(), ConditionExpression: notExists}},
 		{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
-			UpdateExpression: aws.String("SET #allowance = :c"), ConditionExpression: exists,
-			ExpressionAttributeNames: names(aAllowance), ExpressionAttributeValues: values{":c": num(credits)}}},
-	}, store.AllowanceEntry(accountID, day, credits, s.now())))
+			UpdateExpression: aws.String("SET #allowance = :c, #allowance_day = :d"), ConditionExpression: exists,
+			ExpressionAttributeNames:  names(aAllowance, aAllowDay),
+			ExpressionAttributeValues: values{":c": num(credits), ":d": str(day)}}},
+	}, store.AllowanceEntry(accountID, day, credits, s.now()))
+	if credits > 0 {
+		// Listed under its day, for the next day's reset.
+		item := key{pAllowDay + day, sAccount + "#" + accountID}.av()
+		item[aAccount] = str(accountID)
+		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: s.tableName(), Item: item}})
+	}
+	err := s.transact(ctx, items)
 	var tf *txFailed
 	switch {
 	case errors.As(err, &tf) && tf.failed(0):
@@ -541,6 +552,30 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 	}
 	s.hints.setAllowance(accountID, credits)
 	return true, nil
+}
+
+// AllowanceAccounts implements store.Ledger: one query of the day's list.
+func (s *Store) AllowanceAccounts(ctx context.Context, day string) ([]string, error) {
+	out := []string{}
+	err := s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  names(schema.PK),
+		ExpressionAttributeValues: values{":pk": str(pAllowDay + day)},
+		ConsistentRead:            aws.Bool(true),
+	}, func(item map[string]types.AttributeValue) error {
+		var it struct {
+			Account string `dynamodbav:"account"`
+		}
+		if err := unmarshal(item, &it); err != nil {
+			return err
+		}
+		out = append(out, it.Account)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamo: allowance accounts of %s: %w", day, err)
+	}
+	return out, nil
 }
 
 var _ store.Earnings = (*Store)(nil)

@@ -94,6 +94,9 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 		a.FreeAllowanceLeft -= fromAllowance
 		a.Credits -= fromCredits
 		a.TotalSpent += in.Price
+		if in.Price > 0 {
+			a.LastRequest = in.Created
+		}
 		if err := putJSON(accounts, []byte(accountID), a); err != nil {
 			return err
 		}
@@ -501,9 +504,11 @@ func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (stor
 		job.Updated = at
 	}
 	if refund && !job.Refunded {
+		var back int64
 		err := changeAccount(tx, job.AccountID, func(a *store.Account) error {
+			back = store.AllowanceBack(*a, job)
 			a.Credits += job.Price - job.FromAllowance
-			a.FreeAllowanceLeft += job.FromAllowance
+			a.FreeAllowanceLeft += back
 			a.TotalSpent -= job.Price
 			return nil
 		})
@@ -513,7 +518,7 @@ func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (stor
 		if err := refundKey(tx, job); err != nil {
 			return store.Job{}, err
 		}
-		if err := putEntry(tx, store.RefundEntry(job, at)); err != nil {
+		if err := putEntry(tx, store.RefundEntry(job, back, at)); err != nil {
 			return store.Job{}, err
 		}
 		job.Refunded = true

@@ -22,6 +22,7 @@ var (
 	bKeeperByRun     = []byte("keeper_run_transfers") // run|0|seq(8)|key → ""
 	bKeeperCarries   = []byte("keeper_carries")       // name → int64 (8 bytes)
 	bAllowanceDays   = []byte("allowance_days")       // account|0|day → ""
+	bAllowanceByDay  = []byte("allowance_by_day")     // day|0|account → "": positive allowances
 )
 
 var _ store.Ledger = (*Store)(nil)
@@ -445,7 +446,7 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 			return nil
 		}
 		err = changeAccount(tx, accountID, func(a *store.Account) error {
-			a.FreeAllowanceLeft = credits
+			a.FreeAllowanceLeft, a.AllowanceDay = credits, day
 			return nil
 		})
 		if err != nil {
@@ -454,6 +455,15 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 		if err := putEntry(tx, store.AllowanceEntry(accountID, day, credits, s.now())); err != nil {
 			return err
 		}
+		if credits > 0 {
+			byDay, err := tx.CreateBucketIfNotExists(bAllowanceByDay)
+			if err != nil {
+				return err
+			}
+			if err := byDay.Put(append(append([]byte(day), 0), accountID...), nil); err != nil {
+				return err
+			}
+		}
 		applied = true
 		return days.Put(k, nil)
 	})
@@ -461,6 +471,27 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 		return false, fmt.Errorf("embedded: set allowance of %s for %s: %w", accountID, day, err)
 	}
 	return applied, nil
+}
+
+// AllowanceAccounts implements store.Ledger.
+func (s *Store) AllowanceAccounts(ctx context.Context, day string) ([]string, error) {
+	out := []string{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bAllowanceByDay)
+		if b == nil {
+			return nil
+		}
+		p := append([]byte(day), 0)
+		c := b.Cursor()
+		for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+			out = append(out, string(k[len(p):]))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: allowance accounts of %s: %w", day, err)
+	}
+	return out, nil
 }
 
 // bPayoutKeys holds the idempotency keys of AdjustPaidOut, kept forever.

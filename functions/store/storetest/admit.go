@@ -126,9 +126,13 @@ var admitTests = []test{
 					t.Errorf("allowance %d, credits %d, spent %d; want %d, %d, %d",
 						a.FreeAllowanceLeft, a.Credits, a.TotalSpent, tc.allowLeft, tc.credLeft, tc.price)
 				}
-				// The refund returns each part to the bucket it came from.
+				// The refund returns each part to the bucket it came from;
+				// the request that cost something stays the last one.
 				if _, err := f.s.Fail(f.ctx, j.ID, "no_worker", true, at(2)); err != nil {
 					t.Fatalf("Fail: %v", err)
+				}
+				if tc.price > 0 {
+					before.LastRequest = at(1)
 				}
 				sameAccount(t, "account after refund", f.getAccount(id), before)
 			})

@@ -21,6 +21,7 @@ type moneyMoves interface {
 	SetDailyAllowance(ctx context.Context, accountID, day string, credits int64) (bool, error)
 	AdjustPaidOut(ctx context.Context, accountID string, delta int64, key string) (bool, error)
 	MoneyTotals(ctx context.Context) (store.Money, error)
+	AllowanceAccounts(ctx context.Context, day string) ([]string, error)
 }
 
 // moves returns the fixture's store as moneyMoves, or skips the test.
@@ -259,6 +260,45 @@ var entryTests = []test{
 		sameEntries(t, "a1's entries", f.entries("a1"), []store.Entry{
 			{AccountID: "a1", Kind: store.EntryCharge, Credits: -1, JobID: "ok", At: at(1)},
 		})
+	}},
+	{"AllowanceDays", func(t *testing.T, f *fixture) {
+		// The keeper's allowance is the day's: a refund gives its part
+		// back while the account's allowance is still that day's, and
+		// nothing once the next day's allowance replaced it; a request
+		// that costs something marks the account active.
+		m := f.moves()
+		key := f.payer("p", 100, 0)
+		day, next := store.DayOf(at(1)), store.DayOf(at(1).Add(24*time.Hour))
+		applied, err := m.SetDailyAllowance(f.ctx, "p", day, 30)
+		mustApply(t, "SetDailyAllowance", applied, err, true)
+		if a := f.getAccount("p"); a.FreeAllowanceLeft != 30 || a.AllowanceDay != day || !a.LastRequest.IsZero() {
+			t.Fatalf("after the day's allowance: %+v", a)
+		}
+		f.admit(key, "free", "m1", 0, at(1))
+		if a := f.getAccount("p"); !a.LastRequest.IsZero() {
+			t.Errorf("a free request made the account active: %v", a.LastRequest)
+		}
+		f.admit(key, "j1", "m1", 20, at(2))
+		f.fail("j1", true, at(3))
+		if a := f.getAccount("p"); a.FreeAllowanceLeft != 30 || a.Credits != 100 || !a.LastRequest.Equal(at(2)) {
+			t.Errorf("refunded the same day: allowance %d, credits %d, last request %v; want 30, 100, %v", a.FreeAllowanceLeft, a.Credits, a.LastRequest, at(2))
+		}
+		f.admit(key, "j2", "m1", 35, at(4)) // 30 from the allowance, 5 paid
+		applied, err = m.SetDailyAllowance(f.ctx, "p", next, 0)
+		mustApply(t, "SetDailyAllowance of the next day", applied, err, true)
+		f.fail("j2", true, at(5))
+		if a := f.getAccount("p"); a.FreeAllowanceLeft != 0 || a.Credits != 100 || a.AllowanceDay != next {
+			t.Errorf("refunded after the day: allowance %d, credits %d, day %s; want 0 (the day is gone), 100, %s", a.FreeAllowanceLeft, a.Credits, a.AllowanceDay, next)
+		}
+		es := f.entries("p")
+		if es[0].Kind != store.EntryRefund || es[0].Credits != 5 || es[0].Allowance != 0 {
+			t.Errorf("the late refund's entry %+v; want 5 credits and no allowance", es[0])
+		}
+		for d, want := range map[string][]string{day: {"p"}, next: {}} {
+			if got, err := m.AllowanceAccounts(f.ctx, d); err != nil || !slices.Equal(got, want) {
+				t.Errorf("AllowanceAccounts %s = %v, %v; want %v", d, got, err, want)
+			}
+		}
 	}},
 	{"AddUpToTheAccount", func(t *testing.T, f *fixture) {
 		m := f.moves()
