@@ -15,6 +15,10 @@ locals {
     rewards = "cron(0 15 * * ? *)"
     # 16:00 UTC, after the rewards run: worker payouts in USDC.
     payouts = "cron(0 16 * * ? *)"
+    # Every hour at :30: the payouts workers asked for (POST /v1/payouts).
+    # The keeper runs one invocation at a time, so no two payout runs
+    # overlap.
+    requested-payouts = "cron(30 * * * ? *)"
   }
 }
 

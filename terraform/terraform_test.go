@@ -632,8 +632,9 @@ func TestSchedules(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		keeperfn.JobAllowance: "cron(0 0 * * ? *)",
-		keeperfn.JobRewards:   "cron(0 15 * * ? *)",
+		keeperfn.JobAllowance:        "cron(0 0 * * ? *)",
+		keeperfn.JobRewards:          "cron(0 15 * * ? *)",
+		keeperfn.JobRequestedPayouts: "cron(30 * * * ? *)",
 	}
 	for j, cron := range want {
 		if jobs[j] != cron {

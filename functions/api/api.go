@@ -62,6 +62,7 @@ type Store interface {
 	CreditDeposit(ctx context.Context, c store.DepositCredit) (store.Deposit, bool, error)
 	SetWallet(ctx context.Context, accountID, wallet string) (store.Account, error)
 	GetTransfer(ctx context.Context, key string) (store.Transfer, error)
+	RequestPayout(ctx context.Context, accountID string, at time.Time) (store.Account, error)
 }
 
 // Dispatcher assigns jobs to workers.
@@ -224,6 +225,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("POST /v1/deposits/{id}/verify", s.authed(s.verifyDeposit))
 	mux.Handle("POST /v1/x402/top-up", handler(s.topUp))
 	mux.Handle("GET /v1/earnings", s.authed(s.earnings))
+	mux.Handle("POST /v1/payouts", s.managing(s.requestPayout))
 	mux.Handle("POST /v1/payout-wallet/challenge", s.managing(s.payoutWalletChallenge))
 	mux.Handle("POST /v1/payout-wallet", s.managing(s.setPayoutWallet))
 	mux.Handle("GET /v1/stats", handler(s.stats))

@@ -99,6 +99,9 @@ type earningsJSON struct {
 	Pending       int64          `json:"pending"`
 	MinimumPayout int64          `json:"minimum_payout"`
 	NextPayout    nextPayoutJSON `json:"next_payout"`
+	// PayoutRequested is when the owner asked for a payout not made yet
+	// (Unix seconds; absent when none).
+	PayoutRequested int64 `json:"payout_requested,omitempty"`
 	// WorkerSharePercent is the share of each job's price the account's
 	// workers earn now.
 	WorkerSharePercent int64                `json:"worker_share_percent"`
@@ -166,13 +169,11 @@ func (s *Server) earnings(w http.ResponseWriter, r *http.Request) error {
 	if !a.StakeBoostUntil.IsZero() {
 		out.StakeBoost.Until = a.StakeBoostUntil.Unix()
 	}
+	if !a.PayoutRequested.IsZero() {
+		out.PayoutRequested = a.PayoutRequested.Unix()
+	}
 	out.NextPayout.At = nextPayoutAt(now).Unix()
-	switch _, err := base58.Decode(a.Wallet); {
-	case a.Wallet == "" || err != nil:
-		out.NextPayout.Reason = "no_payout_wallet"
-	case out.Pending < store.MinPayoutCredits:
-		out.NextPayout.Reason = "below_minimum"
-	default:
+	if out.NextPayout.Reason = payoutBlocked(a); out.NextPayout.Reason == "" {
 		out.NextPayout.Credits = out.Pending
 	}
 	for _, rep := range reps {
@@ -181,6 +182,68 @@ func (s *Server) earnings(w http.ResponseWriter, r *http.Request) error {
 			LastSeen: rep.LastSeen.Unix()})
 	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// payoutBlocked says why a's earnings would not be paid now: no payout
+// wallet, or less than the minimum pending; "" when they would.
+func payoutBlocked(a store.Account) string {
+	if b, err := base58.Decode(a.Wallet); err != nil || len(b) != 32 {
+		return "no_payout_wallet"
+	}
+	if a.Earned-a.PaidOut < store.MinPayoutCredits {
+		return "below_minimum"
+	}
+	return ""
+}
+
+// requestedPayoutMinute is the minute past each hour the keeper pays the
+// payouts asked for (terraform/scheduler.tf's requested-payouts).
+const requestedPayoutMinute = 30
+
+// nextRequestedPayoutAt is the first requested-payouts run after now.
+func nextRequestedPayoutAt(now time.Time) time.Time {
+	at := now.UTC().Truncate(time.Hour).Add(requestedPayoutMinute * time.Minute)
+	if !now.Before(at) {
+		at = at.Add(time.Hour)
+	}
+	return at
+}
+
+type payoutRequestJSON struct {
+	Object      string `json:"object"`
+	AccountID   string `json:"account_id"`
+	Wallet      string `json:"wallet"`
+	Credits     int64  `json:"credits"`
+	RequestedAt int64  `json:"requested_at"`
+	// RunsAt is when the keeper's next requested-payouts run starts.
+	RunsAt int64 `json:"runs_at"`
+}
+
+// requestPayout serves POST /v1/payouts: the account's pending earnings,
+// at least the minimum, are paid to its payout wallet at the keeper's next
+// hourly run instead of the daily one. The request names no amount or
+// wallet: the keeper pays what the store says is owed, where the account's
+// proven wallet is.
+func (s *Server) requestPayout(w http.ResponseWriter, r *http.Request) error {
+	a, err := s.store.GetAccount(r.Context(), who(r).account)
+	if err != nil {
+		return err
+	}
+	switch payoutBlocked(a) {
+	case "no_payout_wallet":
+		return &oaiwire.Error{Status: http.StatusConflict, Type: oaiwire.TypeInvalidRequest, Code: "no_payout_wallet",
+			Message: "This account has no payout wallet: sign in with a wallet, or prove one (POST /v1/payout-wallet)."}
+	case "below_minimum":
+		return &oaiwire.Error{Status: http.StatusConflict, Type: oaiwire.TypeInvalidRequest, Code: "below_minimum",
+			Message: fmt.Sprintf("%d credits are pending; a payout is at least %d credits ($1).", a.Earned-a.PaidOut, store.MinPayoutCredits)}
+	}
+	now := s.now()
+	if a, err = s.store.RequestPayout(r.Context(), a.ID, now); err != nil {
+		return err
+	}
+	s.log.Info("payout requested", "account", a.ID, "credits", a.Earned-a.PaidOut)
+	return writeJSON(w, http.StatusAccepted, payoutRequestJSON{Object: "payout_request", AccountID: a.ID, Wallet: a.Wallet,
+		Credits: a.Earned - a.PaidOut, RequestedAt: a.PayoutRequested.Unix(), RunsAt: nextRequestedPayoutAt(now).Unix()})
 }
 
 var errPayoutWalletsOff = notConfigured("Setting a payout wallet is")

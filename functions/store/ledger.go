@@ -105,6 +105,9 @@ type Ledger interface {
 	StartRun(ctx context.Context, r KeeperRun) (stored KeeperRun, created bool, err error)
 	// GetRun returns a run; ErrNotFound.
 	GetRun(ctx context.Context, id string) (KeeperRun, error)
+	// OpenRuns lists the runs not done (planning or sealed) whose id
+	// starts with prefix, by id.
+	OpenRuns(ctx context.Context, prefix string) ([]KeeperRun, error)
 	// ResetPlan deletes every transfer of a planning run, so that a plan
 	// interrupted half-written is rebuilt from scratch. ErrConflict if the
 	// run is sealed or done; ErrNotFound if it does not exist.
@@ -153,6 +156,8 @@ type Owed struct {
 	AccountID string `json:"account_id"`
 	Wallet    string `json:"wallet"`
 	Credits   int64  `json:"credits"`
+	// Requested says the owner asked for a payout (Account.PayoutRequested).
+	Requested bool `json:"requested,omitempty"`
 }
 
 // Earnings is what the keeper's worker payouts read and move: what an
@@ -163,14 +168,19 @@ type Earnings interface {
 	// min credits (min at least 1), by account id.
 	OwedEarnings(ctx context.Context, min int64) ([]Owed, error)
 	// AdjustPaidOut adds delta to an account's PaidOut once per
-	// idempotency key: a payout reserves what it sends (delta > 0), a
-	// payout that failed gives it back (delta < 0). applied is false when
+	// idempotency key: a payout reserves what it sends (delta > 0, which
+	// also clears PayoutRequested), a payout that failed gives it back
+	// (delta < 0). applied is false when
 	// the key was used, and nothing changes. ErrInsufficientCredits if
 	// PaidOut would exceed Earned or fall below 0; ErrNotFound if there is
 	// no such account.
 	AdjustPaidOut(ctx context.Context, accountID string, delta int64, key string) (applied bool, err error)
 	// MoneyTotals returns the network's running money totals (see Money).
 	MoneyTotals(ctx context.Context) (Money, error)
+	// RequestPayout marks that the account's owner asked for its earnings
+	// now (PayoutRequested, kept if already set) and returns the account;
+	// ErrNotFound.
+	RequestPayout(ctx context.Context, accountID string, at time.Time) (Account, error)
 }
 
 // Money is the network's running totals of credits, kept by the store in

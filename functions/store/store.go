@@ -88,6 +88,10 @@ type Account struct {
 	// unless renewed. Until then the account's workers earn the boosted
 	// share.
 	StakeBoostUntil time.Time `json:"stake_boost_until,omitzero"`
+	// PayoutRequested is when the owner asked for its earnings to be paid
+	// out before the daily payout (RequestPayout); a payout's reservation
+	// clears it.
+	PayoutRequested time.Time `json:"payout_requested,omitzero"`
 	CreatedAt       time.Time `json:"created_at"`
 }
 

@@ -190,4 +190,54 @@ func TestEarningsPaidToProvenWallet(t *testing.T) {
 	if payouts != 1 {
 		t.Errorf("%d payout rows, want 1", payouts)
 	}
+
+	// On request: nothing pending is refused; once 160 more are earned,
+	// the keeper's next hourly run pays them, once.
+	var refusal struct {
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if code := e.sendJSON(http.MethodPost, "/payouts", e.apiKey, map[string]any{}, &refusal); code != http.StatusConflict ||
+		refusal.Error == nil || refusal.Error.Code != "below_minimum" {
+		t.Fatalf("a payout of nothing: %d %+v", code, refusal.Error)
+	}
+	for range 2 {
+		if _, err := e.client.Chat.Completions.New(ctx, chatParams("hello", 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var req struct {
+		Wallet  string `json:"wallet"`
+		Credits int64  `json:"credits"`
+		RunsAt  int64  `json:"runs_at"`
+	}
+	if code := e.sendJSON(http.MethodPost, "/payouts", e.apiKey, map[string]any{}, &req); code != http.StatusAccepted ||
+		req.Credits != 160 || req.Wallet != payee.PublicKey().String() || req.RunsAt <= time.Now().Unix() {
+		t.Fatalf("payout request: %d %+v", code, req)
+	}
+	// The daily run of a later day would pay everyone; the hourly run
+	// pays only those who asked, and the same hour's run again pays
+	// nothing more.
+	hour := time.Now().Add(time.Hour)
+	for range 2 {
+		ts, _, err := k.RequestedPayouts(ctx, hour, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) != 1 || ts[0].Amount != 1_600_000 || ts[0].State != "confirmed" {
+			t.Fatalf("requested payouts %+v", ts)
+		}
+	}
+	if bal := chain.TokenBalance(t, chain.Config.USDCATA(payee.PublicKey())); bal != 3_200_000 {
+		t.Fatalf("the payout wallet holds %d after the requested payout, want 3200000", bal)
+	}
+	got = earningsAnswer{}
+	e.call(http.MethodGet, "/earnings", e.apiKey, &got)
+	if got.Paid != 320 || got.Pending != 0 {
+		t.Fatalf("earnings after the requested payout: %+v", got)
+	}
+	if a, _ := e.store.GetAccount(ctx, e.account); !a.PayoutRequested.IsZero() {
+		t.Errorf("the request is still open after its payout: %v", a.PayoutRequested)
+	}
 }

@@ -15,38 +15,44 @@ import (
 // creditUnits is USDC base units per credit (1 credit = $0.01).
 const creditUnits = 10_000
 
-// openBefore and openAfter bound the days around a run's own that
-// EarningsPayouts searches for an earnings run left sealed but unfinished (a
-// crash, an unresolved transaction), to finish it before planning: a sealed
-// run has reserved its payouts, and only a finished one has given back
-// those that failed. A year back, so a run that cannot finish blocks every
-// later one (an error each day, for an operator to see) instead of being
-// forgotten with its reservations; a week ahead, for a day run out of order
-// by hand.
-const (
-	openBefore = 366
-	openAfter  = 7
-)
-
 // EarningsRun is the ledger run id of the earnings payouts of at's day.
 func EarningsRun(at time.Time) string { return "earnings/" + Day(at) }
 
+// RequestedRun is the ledger run id of the requested payouts of at's hour.
+func RequestedRun(at time.Time) string {
+	return fmt.Sprintf("%s/requested-%02d", EarningsRun(at), at.UTC().Hour())
+}
+
+// earningsRuns is what every earnings run id starts with.
+const earningsRuns = "earnings/"
+
 // EarningsPayouts pays every worker account its earnings not yet paid out
-// (store.Earnings), in USDC to the account's wallet, once a day: accounts
-// owed at least MinPayout, each transfer keyed by day and account. After the
-// plan is sealed each payout is reserved in the store (PaidOut grows, once
-// per key) before anything is sent, and a payout that failed is given back
-// (once) before the run finishes; every other sealed earnings run nearby is
-// finished first. A crash anywhere, re-run, neither pays twice nor leaves a
-// reservation behind; a run that cannot finish makes every later run fail
-// with its reason until it can. Without execute it only plans.
+// (store.Earnings), in USDC to the account's payout wallet, once a day:
+// accounts owed at least MinPayout, each transfer keyed by day and
+// account. After the plan is sealed each payout is reserved in the store
+// (PaidOut grows, once per key) before anything is sent, and a payout that
+// failed is given back (once) before the run finishes; every other sealed
+// earnings run is finished first. A crash anywhere, re-run, neither pays
+// twice nor leaves a reservation behind; a run that cannot finish makes
+// every later run fail with its reason until it can. Without execute it
+// only plans.
 func (k *Keeper) EarningsPayouts(ctx context.Context, at time.Time, execute bool) ([]store.Transfer, Result, error) {
+	return k.payEarnings(ctx, EarningsRun(at), false, execute)
+}
+
+// RequestedPayouts is EarningsPayouts for the accounts whose owners asked
+// for a payout (POST /v1/payouts), run each hour (RequestedRun): the same
+// ledger, keys and guarantees.
+func (k *Keeper) RequestedPayouts(ctx context.Context, at time.Time, execute bool) ([]store.Transfer, Result, error) {
+	return k.payEarnings(ctx, RequestedRun(at), true, execute)
+}
+
+func (k *Keeper) payEarnings(ctx context.Context, run string, requestedOnly, execute bool) ([]store.Transfer, Result, error) {
 	if k.Earnings == nil {
 		return nil, Result{}, errors.New("keeper: earnings payouts need a store with earnings")
 	}
-	run := EarningsRun(at)
 	if execute {
-		if err := k.finishOpenEarnings(ctx, at, run); err != nil {
+		if err := k.finishOpenEarnings(ctx, run); err != nil {
 			return nil, Result{}, err
 		}
 	}
@@ -68,6 +74,9 @@ func (k *Keeper) EarningsPayouts(ctx context.Context, at time.Time, execute bool
 	var ts []store.Transfer
 	var total int64
 	for _, o := range owed {
+		if requestedOnly && !o.Requested {
+			continue
+		}
 		if _, err := solana.PublicKeyFromBase58(o.Wallet); err != nil {
 			continue // no payout wallet on the account: its earnings wait
 		}
@@ -84,33 +93,31 @@ func (k *Keeper) EarningsPayouts(ctx context.Context, at time.Time, execute bool
 	return k.settleEarnings(ctx, run)
 }
 
-// openEarningsRuns lists the sealed, unfinished earnings runs of the days
-// around at, oldest first.
-func (k *Keeper) openEarningsRuns(ctx context.Context, at time.Time) ([]string, error) {
+// openEarningsRuns lists the sealed, unfinished earnings runs (daily and
+// requested), by id.
+func (k *Keeper) openEarningsRuns(ctx context.Context) ([]string, error) {
+	runs, err := k.Ledger.OpenRuns(ctx, earningsRuns)
+	if err != nil {
+		return nil, err
+	}
 	var open []string
-	for d := -openBefore; d <= openAfter; d++ {
-		id := EarningsRun(at.AddDate(0, 0, d))
-		r, err := k.Ledger.GetRun(ctx, id)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return nil, err
-		case r.State == store.RunSealed:
-			open = append(open, id)
+	for _, r := range runs {
+		if r.State == store.RunSealed {
+			open = append(open, r.ID)
 		}
 	}
 	return open, nil
 }
 
-// FinishOpenEarnings finishes every sealed, unfinished earnings run around
-// at, so that the workers' unpaid earnings are exactly what the store says
-// they are owed.
-func (k *Keeper) FinishOpenEarnings(ctx context.Context, at time.Time) error {
-	return k.finishOpenEarnings(ctx, at, "")
+// FinishOpenEarnings finishes every sealed, unfinished earnings run, so
+// that the workers' unpaid earnings are exactly what the store says they
+// are owed.
+func (k *Keeper) FinishOpenEarnings(ctx context.Context) error {
+	return k.finishOpenEarnings(ctx, "")
 }
 
-func (k *Keeper) finishOpenEarnings(ctx context.Context, at time.Time, except string) error {
-	open, err := k.openEarningsRuns(ctx, at)
+func (k *Keeper) finishOpenEarnings(ctx context.Context, except string) error {
+	open, err := k.openEarningsRuns(ctx)
 	if err != nil {
 		return err
 	}
@@ -125,12 +132,12 @@ func (k *Keeper) finishOpenEarnings(ctx context.Context, at time.Time, except st
 	return nil
 }
 
-// UnpaidEarnings is the USDC (base units) the treasury owes workers as of
-// at, which the rewards split never touches: earnings not paid out yet,
+// UnpaidEarnings is the USDC (base units) the treasury owes workers now,
+// which the rewards split never touches: earnings not paid out yet,
 // plus every payout of an unfinished run that has not left the treasury.
 // With a run open it errs on the safe side: a payout whose reservation a
 // crash left undone counts twice. After FinishOpenEarnings it is exact.
-func (k *Keeper) UnpaidEarnings(ctx context.Context, at time.Time) (uint64, error) {
+func (k *Keeper) UnpaidEarnings(ctx context.Context) (uint64, error) {
 	owed, err := k.Earnings.OwedEarnings(ctx, 1)
 	if err != nil {
 		return 0, err
@@ -139,7 +146,7 @@ func (k *Keeper) UnpaidEarnings(ctx context.Context, at time.Time) (uint64, erro
 	for _, o := range owed {
 		units += CreditsToUSDC(o.Credits)
 	}
-	open, err := k.openEarningsRuns(ctx, at)
+	open, err := k.openEarningsRuns(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -166,7 +166,7 @@ func TestEarningsRunsOutOfOrder(t *testing.T) {
 		t.Fatalf("crash did not surface: %v", err)
 	}
 	clean := w.earningsKeeper(earn, nil)
-	unpaid, err := clean.UnpaidEarnings(ctx, w.at)
+	unpaid, err := clean.UnpaidEarnings(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +177,10 @@ func TestEarningsRunsOutOfOrder(t *testing.T) {
 	if unpaid < want {
 		t.Fatalf("unpaid earnings with a run open: %d USDC units, want at least %d (reserved ones included)", unpaid, want)
 	}
-	if err := clean.FinishOpenEarnings(ctx, w.at); err != nil {
+	if err := clean.FinishOpenEarnings(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if unpaid, _ := clean.UnpaidEarnings(ctx, w.at); unpaid != keeper.CreditsToUSDC(earned[1]) {
+	if unpaid, _ := clean.UnpaidEarnings(ctx); unpaid != keeper.CreditsToUSDC(earned[1]) {
 		t.Fatalf("unpaid once the open run finished: %d, want the one below the minimum (%d)", unpaid, keeper.CreditsToUSDC(earned[1]))
 	}
 	w.checkEarnings(t, earn)
@@ -200,7 +200,7 @@ func TestEarningsRunsOutOfOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.checkEarnings(t, earn)
-	if unpaid, _ := clean.UnpaidEarnings(ctx, w.at); unpaid != keeper.CreditsToUSDC(earned[1]) {
+	if unpaid, _ := clean.UnpaidEarnings(ctx); unpaid != keeper.CreditsToUSDC(earned[1]) {
 		t.Fatalf("unpaid after the payouts: %d, want the one below the minimum (%d)", unpaid, keeper.CreditsToUSDC(earned[1]))
 	}
 }

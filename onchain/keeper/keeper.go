@@ -2,6 +2,8 @@ package keeper
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,7 +119,16 @@ func (k *Keeper) Build(ctx context.Context, t store.Transfer) (onchain.Group, er
 		return onchain.Group{ComputeUnits: 60_000, Instructions: []solana.Instruction{ix}}, err
 	case KindPayout:
 		ixs, err := c.USDCPayout(kp, kp, c.USDCATA(kp), to, amt)
-		return onchain.Group{ComputeUnits: 40_000, Instructions: ixs}, err
+		if err != nil {
+			return onchain.Group{}, err
+		}
+		// A memo naming the transfer (by a hash of its key) makes every
+		// payout's transaction its own: two payouts of the same amount to
+		// the same wallet signed under one blockhash would otherwise be
+		// the same transaction, and the second, deduplicated by the
+		// cluster, would look landed while paying nothing.
+		memo, err := onchain.Memo(payoutMemo(t.Key))
+		return onchain.Group{ComputeUnits: 50_000, Instructions: append(ixs, memo)}, err
 	case KindBurn:
 		ix, err := c.BurnZero(c.ZeroATA(kp), kp, amt)
 		return onchain.Group{ComputeUnits: 10_000, Instructions: []solana.Instruction{ix}}, err
@@ -139,6 +150,14 @@ func (k *Keeper) Build(ctx context.Context, t store.Transfer) (onchain.Group, er
 		return g, err
 	}
 	return onchain.Group{}, fmt.Errorf("unknown transfer kind %q", t.Kind)
+}
+
+// payoutMemo is the memo of the payout whose ledger key is key: the first
+// 16 bytes of its SHA-256, in hex; the key itself names accounts, which
+// the chain need not see.
+func payoutMemo(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "c0mpute payout " + hex.EncodeToString(sum[:16])
 }
 
 // RewardsReport is what a rewards run did or would do.
@@ -224,7 +243,7 @@ func (k *Keeper) ReadBooks(ctx context.Context, at time.Time) (Books, error) {
 	if err != nil {
 		return Books{}, err
 	}
-	unpaid, err := k.UnpaidEarnings(ctx, at)
+	unpaid, err := k.UnpaidEarnings(ctx)
 	if err != nil {
 		return Books{}, err
 	}
@@ -291,7 +310,7 @@ func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (Rewar
 		// estimate (on the safe side): an execution finishes them first,
 		// so the books are exact.
 		if execute {
-			if err := k.FinishOpenEarnings(ctx, at); err != nil {
+			if err := k.FinishOpenEarnings(ctx); err != nil {
 				return rep, err
 			}
 		}

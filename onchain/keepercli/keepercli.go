@@ -195,7 +195,9 @@ commands:
                                    units owed elsewhere, are never split
   allowance [-at YYYY-MM-DD]       00:00 UTC staker free-credit allowance
   payouts  [-at YYYY-MM-DD]        worker USDC payouts of the earnings in the store (at least $1
-                                   owed, to the account's wallet), once a day
+                                   owed, to the account's payout wallet), once a day
+  requested-payouts [-at TIME]     the same, hourly, for the accounts whose owners asked for a
+                                   payout (POST /v1/payouts); TIME (RFC 3339) names the hour
   payouts  -id ID -owed FILE       explicit USDC payouts; FILE is [{"owner","amount"}] in USDC
                                    base units; the same ID never pays twice
 
@@ -236,12 +238,16 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 	if err != nil {
 		return err
 	}
-	day := time.Now().UTC().Truncate(24 * time.Hour)
+	now := time.Now().UTC()
 	if atFlag != "" {
-		if day, err = time.Parse(time.DateOnly, atFlag); err != nil {
-			return fmt.Errorf("-at: %w", err)
+		// A day, or a time (the hour names a requested-payouts run).
+		if now, err = time.Parse(time.RFC3339, atFlag); err != nil {
+			if now, err = time.Parse(time.DateOnly, atFlag); err != nil {
+				return fmt.Errorf("-at %q: want YYYY-MM-DD or an RFC 3339 time", atFlag)
+			}
 		}
 	}
+	day := now.UTC().Truncate(24 * time.Hour)
 	st, err := openLedger(ctx, cfg.Store)
 	if err != nil {
 		return err
@@ -297,6 +303,12 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 			return err
 		}
 		return out.Encode(map[string]any{"allowance": allowance, "stake_boosts": boosts})
+	case "requested-payouts":
+		ts, res, err := k.RequestedPayouts(ctx, now, execute)
+		if err != nil {
+			return err
+		}
+		return out.Encode(map[string]any{"transfers": ts, "result": res})
 	case "payouts":
 		if id == "" && owedPath == "" {
 			ts, res, err := k.EarningsPayouts(ctx, day, execute)

@@ -56,6 +56,7 @@ const (
 	aCredits   = "credits"
 	aWallet    = "wallet"
 	aLastReq   = "last_request"
+	aPayoutReq = "payout_requested"
 	aAllowDay  = "allowance_day"
 	aDeposited = "deposited"
 	aSpent     = "spent"
@@ -195,8 +196,9 @@ type accountItem struct {
 	// BoostUntil is Account.StakeBoostUntil.
 	BoostUntil int64 `dynamodbav:"boost_until,omitempty"`
 	// AllowanceDay and LastRequest are Account's.
-	AllowanceDay string `dynamodbav:"allowance_day,omitempty"`
-	LastRequest  int64  `dynamodbav:"last_request,omitempty"`
+	AllowanceDay    string `dynamodbav:"allowance_day,omitempty"`
+	LastRequest     int64  `dynamodbav:"last_request,omitempty"`
+	PayoutRequested int64  `dynamodbav:"payout_requested,omitempty"`
 	// GPK and GSK put an account created with earnings in the index's
 	// earnings partitions (earnings shards are there from their first
 	// earning).
@@ -215,6 +217,9 @@ func toAccountItem(a store.Account) accountItem {
 	if !a.LastRequest.IsZero() {
 		i.LastRequest = nanos(a.LastRequest)
 	}
+	if !a.PayoutRequested.IsZero() {
+		i.PayoutRequested = nanos(a.PayoutRequested)
+	}
 	if a.Earned > 0 {
 		i.GPK, i.GSK = earnPartition(a.ID), a.ID+"#"+sAccount
 	}
@@ -230,7 +235,7 @@ func (i accountItem) account() store.Account {
 	return store.Account{ID: i.ID, Wallet: i.Wallet, Credits: i.Credits, TotalDeposited: i.Deposited,
 		TotalSpent: i.Spent, FreeAllowanceLeft: i.Allowance, Earned: i.Earned, PaidOut: i.PaidOut,
 		CreatedAt: fromNanos(i.Created), StakeBoostUntil: optionalTime(i.BoostUntil), AllowanceDay: i.AllowanceDay,
-		LastRequest: optionalTime(i.LastRequest)}
+		LastRequest: optionalTime(i.LastRequest), PayoutRequested: optionalTime(i.PayoutRequested)}
 }
 
 // optionalTime is a stored time that may be absent: absent is zero.

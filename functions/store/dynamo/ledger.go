@@ -70,7 +70,12 @@ type runItem struct {
 	Created   int64  `dynamodbav:"created,omitempty"`
 	Updated   int64  `dynamodbav:"updated,omitempty"`
 	Completed int64  `dynamodbav:"completed,omitempty"`
+	GPK       string `dynamodbav:"gpk,omitempty"`
+	GSK       string `dynamodbav:"gsk,omitempty"`
 }
+
+// gOpenRuns is the index partition of the runs not done.
+const gOpenRuns = "K#open"
 
 func (i runItem) run() store.KeeperRun {
 	return store.KeeperRun{ID: i.ID, State: store.RunState(i.State), Transfers: int(i.Transfers), Summary: i.Summary,
@@ -111,8 +116,9 @@ func (s *Store) StartRun(ctx context.Context, r store.KeeperRun) (store.KeeperRu
 		return store.KeeperRun{}, false, fmt.Errorf("dynamo: start run %s: %w", r.ID, err)
 	}
 	r.State, r.Transfers, r.Updated = store.RunPlanning, 0, r.Created
+	// An open run is in the index's open-runs partition until it is done.
 	item, err := marshal(runItem{key: runKey(r.ID), ID: r.ID, State: string(r.State), Summary: r.Summary,
-		Created: nanos(r.Created), Updated: nanos(r.Updated)})
+		Created: nanos(r.Created), Updated: nanos(r.Updated), GPK: gOpenRuns, GSK: r.ID})
 	if err != nil {
 		return fail(err)
 	}
@@ -470,6 +476,51 @@ func (s *Store) Settle(ctx context.Context, keys []string, sig string, state sto
 	return nil
 }
 
+// OpenRuns implements store.Ledger: one query of the index's open-runs
+// partition.
+func (s *Store) OpenRuns(ctx context.Context, prefix string) ([]store.KeeperRun, error) {
+	out := []store.KeeperRun{}
+	err := s.query(ctx, &dynamodb.QueryInput{IndexName: aws.String(schema.Index),
+		KeyConditionExpression:    aws.String("#gpk = :gpk AND begins_with(#gsk, :prefix)"),
+		ExpressionAttributeNames:  names(schema.GPK, schema.GSK),
+		ExpressionAttributeValues: values{":gpk": str(gOpenRuns), ":prefix": str(prefix)},
+	}, func(item map[string]types.AttributeValue) error {
+		var it runItem
+		if err := unmarshal(item, &it); err != nil {
+			return err
+		}
+		if r := it.run(); r.State != store.RunDone {
+			out = append(out, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamo: open runs %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// RequestPayout implements store.Earnings.
+func (s *Store) RequestPayout(ctx context.Context, accountID string, at time.Time) (store.Account, error) {
+	fail := func(err error) (store.Account, error) {
+		return store.Account{}, fmt.Errorf("dynamo: request payout of %s: %w", accountID, err)
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.tableName(), Key: accountKey(accountID).av(),
+		UpdateExpression: aws.String("SET #payout_requested = if_not_exists(#payout_requested, :at)"), ConditionExpression: exists,
+		ExpressionAttributeNames: names(aPayoutReq), ExpressionAttributeValues: values{":at": num(nanos(at))}})
+	if isConditionFailed(err) {
+		err = fmt.Errorf("account: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	a, err := s.GetAccount(ctx, accountID)
+	if err != nil {
+		return fail(err)
+	}
+	return a, nil
+}
+
 // FinishRun implements store.Ledger: the run's end and its carries in one
 // transaction.
 func (s *Store) FinishRun(ctx context.Context, run string, carries map[string]int64, at time.Time) error {
@@ -478,9 +529,9 @@ func (s *Store) FinishRun(ctx context.Context, run string, carries map[string]in
 		return fail(fmt.Errorf("%d carries, at most 99", len(carries)))
 	}
 	items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: runKey(run).av(),
-		UpdateExpression:                    aws.String("SET #state = :done, #updated = :at, #completed = :at"),
+		UpdateExpression:                    aws.String("SET #state = :done, #updated = :at, #completed = :at REMOVE #gpk, #gsk"),
 		ConditionExpression:                 aws.String("#state = :sealed"),
-		ExpressionAttributeNames:            names(aState, aUpdated, aCompleted),
+		ExpressionAttributeNames:            names(aState, aUpdated, aCompleted, schema.GPK, schema.GSK),
 		ExpressionAttributeValues:           values{":done": str(string(store.RunDone)), ":sealed": str(string(store.RunSealed)), ":at": num(nanos(at))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
 	for _, name := range slices.Sorted(maps.Keys(carries)) {
@@ -612,7 +663,7 @@ func (s *Store) OwedEarnings(ctx context.Context, minimum int64) ([]store.Owed, 
 			return fail(err)
 		}
 		if owed := a.Earned - a.PaidOut; owed >= minimum {
-			out = append(out, store.Owed{AccountID: a.ID, Wallet: a.Wallet, Credits: owed})
+			out = append(out, store.Owed{AccountID: a.ID, Wallet: a.Wallet, Credits: owed, Requested: !a.PayoutRequested.IsZero()})
 		}
 	}
 	return out, nil
@@ -649,9 +700,9 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 			{Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
 				// An account item written before PaidOut existed has no
 				// attribute: it counts as 0.
-				UpdateExpression:          aws.String("SET #paid_out = if_not_exists(#paid_out, :zero) + :d"),
+				UpdateExpression:          aws.String(paidOutUpdate(delta)),
 				ConditionExpression:       aws.String(paidOutIs(a.PaidOut)),
-				ExpressionAttributeNames:  names(aPaidOut),
+				ExpressionAttributeNames:  paidOutNames(delta),
 				ExpressionAttributeValues: values{":d": num(delta), ":old": num(a.PaidOut), ":zero": num(0)}}},
 		}, entry), idem, store.Money{PaidOut: delta}))
 		var tf *txFailed
@@ -665,6 +716,22 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 		}
 		return fail(err)
 	}
+}
+
+// paidOutUpdate is AdjustPaidOut's update: a reservation (delta > 0)
+// also answers the owner's request for a payout.
+func paidOutUpdate(delta int64) string {
+	if delta > 0 {
+		return "SET #paid_out = if_not_exists(#paid_out, :zero) + :d REMOVE #payout_requested"
+	}
+	return "SET #paid_out = if_not_exists(#paid_out, :zero) + :d"
+}
+
+func paidOutNames(delta int64) map[string]string {
+	if delta > 0 {
+		return names(aPaidOut, aPayoutReq)
+	}
+	return names(aPaidOut)
 }
 
 // paidOutIs is the condition that PaidOut still is old.

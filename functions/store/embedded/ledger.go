@@ -372,6 +372,50 @@ func (s *Store) Settle(ctx context.Context, keys []string, sig string, state sto
 	return nil
 }
 
+// OpenRuns implements store.Ledger.
+func (s *Store) OpenRuns(ctx context.Context, prefix string) ([]store.KeeperRun, error) {
+	out := []store.KeeperRun{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		runs := tx.Bucket(bKeeperRuns)
+		if runs == nil {
+			return nil
+		}
+		c := runs.Cursor()
+		for k, v := c.Seek([]byte(prefix)); k != nil && bytes.HasPrefix(k, []byte(prefix)); k, v = c.Next() {
+			var r store.KeeperRun
+			if err := decode(k, v, &r); err != nil {
+				return err
+			}
+			if r.State != store.RunDone {
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open runs %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// RequestPayout implements store.Earnings.
+func (s *Store) RequestPayout(ctx context.Context, accountID string, at time.Time) (store.Account, error) {
+	var a store.Account
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		return changeAccount(tx, accountID, func(acct *store.Account) error {
+			if acct.PayoutRequested.IsZero() {
+				acct.PayoutRequested = at.UTC()
+			}
+			a = *acct
+			return nil
+		})
+	})
+	if err != nil {
+		return store.Account{}, fmt.Errorf("embedded: request payout of %s: %w", accountID, err)
+	}
+	return a, nil
+}
+
 // FinishRun implements store.Ledger.
 func (s *Store) FinishRun(ctx context.Context, run string, carries map[string]int64, at time.Time) error {
 	err := s.update(ctx, func(tx *bolt.Tx) error {
@@ -513,7 +557,7 @@ func (s *Store) OwedEarnings(ctx context.Context, minimum int64) ([]store.Owed, 
 				return err
 			}
 			if owed := a.Earned - a.PaidOut; owed >= minimum {
-				out = append(out, store.Owed{AccountID: a.ID, Wallet: a.Wallet, Credits: owed})
+				out = append(out, store.Owed{AccountID: a.ID, Wallet: a.Wallet, Credits: owed, Requested: !a.PayoutRequested.IsZero()})
 			}
 			return nil
 		})
@@ -543,6 +587,9 @@ func (s *Store) AdjustPaidOut(ctx context.Context, accountID string, delta int64
 				return fmt.Errorf("paid out %d%+d against earned %d: %w", a.PaidOut, delta, a.Earned, store.ErrInsufficientCredits)
 			}
 			a.PaidOut += delta
+			if delta > 0 {
+				a.PayoutRequested = time.Time{}
+			}
 			return nil
 		})
 		if err != nil {

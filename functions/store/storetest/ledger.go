@@ -176,16 +176,28 @@ var ledgerTests = []struct {
 		if want := []store.Owed{{AccountID: "w1", Wallet: "wallet1", Credits: 500}}; !slices.Equal(owed, want) {
 			t.Fatalf("owed %v, want %v", owed, want)
 		}
-		// A payout reserves what it sends, once per key; a failed one
-		// gives it back, once.
+		// The owner asks for a payout: the first ask's time stays, and
+		// the listing says so.
+		for _, when := range []time.Time{lt0.Add(time.Minute), lt0.Add(time.Hour)} {
+			if a, err := l.RequestPayout(ctx, "w1", when); err != nil || !a.PayoutRequested.Equal(lt0.Add(time.Minute)) {
+				t.Fatalf("RequestPayout = %+v, %v; want requested at %v", a, err, lt0.Add(time.Minute))
+			}
+		}
+		_, err = l.RequestPayout(ctx, "nobody", lt0)
+		mustIs(t, "RequestPayout of no account", err, store.ErrNotFound)
+		if owed, _ = l.OwedEarnings(ctx, 100); len(owed) != 1 || !owed[0].Requested {
+			t.Fatalf("owed %v, want w1 requested", owed)
+		}
+		// A payout reserves what it sends, once per key (which answers the
+		// request); a failed one gives it back, once.
 		for i, want := range []bool{true, false} {
 			applied, err := l.AdjustPaidOut(ctx, "w1", 300, "payouts/d1/w1")
 			if err != nil || applied != want {
 				t.Fatalf("reserve, call %d: applied %v, %v; want %v", i+1, applied, err, want)
 			}
 		}
-		if a, _ := l.GetAccount(ctx, "w1"); a.PaidOut != 300 || a.Earned != 500 {
-			t.Fatalf("after a reserve retried: paid out %d, earned %d; want 300, 500", a.PaidOut, a.Earned)
+		if a, _ := l.GetAccount(ctx, "w1"); a.PaidOut != 300 || a.Earned != 500 || !a.PayoutRequested.IsZero() {
+			t.Fatalf("after a reserve retried: paid out %d, earned %d, requested %v; want 300, 500, answered", a.PaidOut, a.Earned, a.PayoutRequested)
 		}
 		if owed, _ := l.OwedEarnings(ctx, 100); len(owed) != 1 || owed[0].Credits != 200 {
 			t.Fatalf("owed after the reserve: %v, want w1 200", owed)
@@ -224,6 +236,39 @@ var ledgerTests = []struct {
 		}
 		if a, _ := l.GetAccount(ctx, "w1"); ok != 5 || a.PaidOut != 500 {
 			t.Fatalf("%d racing reserves applied, paid out %d; want 5, 500", ok, a.PaidOut)
+		}
+	}},
+	{"OpenRuns", func(t *testing.T, l LedgerStore) {
+		ctx := context.Background()
+		for _, id := range []string{"earnings/2026-11-29", "earnings/2026-11-29/r15", "earnings/2026-11-30", "rewards/2026-11-29"} {
+			if _, _, err := l.StartRun(ctx, store.KeeperRun{ID: id, Created: lt0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range []string{"earnings/2026-11-29", "earnings/2026-11-29/r15"} {
+			if err := l.SealPlan(ctx, id, 0, "", lt0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.FinishRun(ctx, "earnings/2026-11-29", nil, lt0); err != nil {
+			t.Fatal(err)
+		}
+		open := func(prefix string, want ...string) {
+			t.Helper()
+			rs, err := l.OpenRuns(ctx, prefix)
+			var ids []string
+			for _, r := range rs {
+				ids = append(ids, r.ID)
+			}
+			if err != nil || !slices.Equal(ids, want) {
+				t.Errorf("OpenRuns %q = %v, %v; want %v", prefix, ids, err, want)
+			}
+		}
+		open("earnings/", "earnings/2026-11-29/r15", "earnings/2026-11-30")
+		open("rewards/", "rewards/2026-11-29")
+		open("payouts/")
+		if rs, _ := l.OpenRuns(ctx, "earnings/2026-11-29/"); len(rs) != 1 || rs[0].State != store.RunSealed {
+			t.Errorf("the sealed run listed as %+v", rs)
 		}
 	}},
 	{"LargePlan", func(t *testing.T, l LedgerStore) {

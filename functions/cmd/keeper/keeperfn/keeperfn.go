@@ -56,12 +56,15 @@ const (
 	JobAllowance = "allowance"
 	JobRewards   = "rewards"
 	JobPayouts   = "payouts"
+	// JobRequestedPayouts pays, each hour, the accounts whose owners asked
+	// for a payout.
+	JobRequestedPayouts = "requested-payouts"
 )
 
 // Event is what a schedule sends (terraform/scheduler.tf builds it with
 // Scheduler's context attributes) or a person invokes by hand.
 type Event struct {
-	Job string `json:"job" validate:"oneof=allowance rewards payouts"`
+	Job string `json:"job" validate:"oneof=allowance rewards payouts requested-payouts"`
 	// ScheduledTime is when the run was due (RFC 3339); it names the day
 	// even when a retry lands after midnight. Empty: now.
 	ScheduledTime string `json:"scheduled_time,omitempty"`
@@ -217,6 +220,9 @@ func (h *Handler) Handle(ctx context.Context, ev Event) (Result, error) {
 			id = "payouts/" + day
 		}
 		args = append(args, "-id", id, "-owed", owed, JobPayouts)
+	case JobRequestedPayouts:
+		// The hour names the run.
+		args = append(args, "-at", at.UTC().Format(time.RFC3339), ev.Job)
 	default:
 		args = append(args, "-at", day, ev.Job)
 	}

@@ -119,6 +119,8 @@ func TestHandle(t *testing.T) {
 		{"dry_run overrides", Event{Job: JobRewards, DryRun: true}, true, 0, "-at 2026-11-29 rewards", "", Result{Job: JobRewards, Day: "2026-11-29"}},
 		{"scheduled payouts: the store's earnings", Event{Job: JobPayouts, ScheduledTime: "2026-11-29T15:00:00Z"}, false, 0,
 			"-at 2026-11-29 payouts", "", Result{Job: JobPayouts, Day: "2026-11-29"}},
+		{"requested payouts: the hour names the run", Event{Job: JobRequestedPayouts, ScheduledTime: "2026-11-29T07:30:00Z"}, false, 0,
+			"-at 2026-11-29T07:30:00Z requested-payouts", "", Result{Job: JobRequestedPayouts, Day: "2026-11-29"}},
 		{"unknown job", Event{Job: "burn-everything"}, false, 0, "", "bad event", Result{}},
 		{"bad time", Event{Job: JobRewards, ScheduledTime: "yesterday"}, false, 0, "", "scheduled_time", Result{}},
 		{"keeper fails", Event{Job: JobRewards}, false, 1, "-at 2026-11-29 rewards", "rpc down", Result{}},
