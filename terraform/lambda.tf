@@ -73,6 +73,9 @@ resource "aws_lambda_function" "api" {
       C0MPUTE_RPC_URL                 = var.keeper_config.rpc_url
       C0MPUTE_USDC_MINT               = var.keeper_config.usdc_mint
       C0MPUTE_TREASURY                = var.treasury
+      C0MPUTE_STAKING_PROGRAM         = var.keeper_config.staking_program
+      C0MPUTE_REWARDS_PROGRAM         = var.keeper_config.rewards_program
+      C0MPUTE_ZERO_MINT               = var.keeper_config.zero_mint
       C0MPUTE_X402_NETWORK            = var.x402_network
       C0MPUTE_X402_FEE_PAYER_ARN      = aws_secretsmanager_secret.x402_fee_payer.arn
     }

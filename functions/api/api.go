@@ -157,6 +157,7 @@ type Server struct {
 	signIn   *siws.Issuer
 	deposits *Deposits
 	topUps   *TopUps
+	stakers  *Staking
 	boosts   boostCache
 	// suspects is called with a worker whose reply looked wrong.
 	suspects atomic.Pointer[func(conn string)]
@@ -181,6 +182,9 @@ type Config struct {
 	// TopUps takes x402 top-ups into the same treasury; it needs
 	// Deposits. Nil turns the route off.
 	TopUps *TopUps
+	// Staking reads stakes and builds staking transactions; nil turns the
+	// staking routes off.
+	Staking *Staking
 	// CORSOrigins are the browser origins allowed to call the API
 	// (cors.ParseOrigins); none turns CORS off.
 	CORSOrigins []string
@@ -207,7 +211,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Limits.AccountRatePerMinute = cfg.Limits.RatePerMinute
 	}
 	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
-		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits, topUps: cfg.TopUps}
+		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits, topUps: cfg.TopUps, stakers: cfg.Staking}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -226,6 +230,8 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("POST /v1/x402/top-up", handler(s.topUp))
 	mux.Handle("GET /v1/earnings", s.authed(s.earnings))
 	mux.Handle("POST /v1/payouts", s.managing(s.requestPayout))
+	mux.Handle("GET /v1/staking", s.authed(s.staking))
+	mux.Handle("POST /v1/staking/transactions", s.authed(s.stakingTransaction))
 	mux.Handle("POST /v1/payout-wallet/challenge", s.managing(s.payoutWalletChallenge))
 	mux.Handle("POST /v1/payout-wallet", s.managing(s.setPayoutWallet))
 	mux.Handle("GET /v1/stats", handler(s.stats))

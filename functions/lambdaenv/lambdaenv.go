@@ -31,26 +31,31 @@ import (
 // Environment variables. Terraform sets exactly these (checked by the
 // terraform tests).
 const (
-	EnvTable            = dynamo.EnvTable    // DynamoDB table
-	EnvDynamoEndpoint   = dynamo.EnvEndpoint // DynamoDB endpoint override (DynamoDB Local in tests)
-	EnvConnectionsURL   = "C0MPUTE_CONNECTIONS_URL"
-	EnvRelayURL         = "C0MPUTE_RELAY_URL"
-	EnvListenerSecret   = "C0MPUTE_LISTENER_SECRET_ARN"
-	EnvListenerFile     = "C0MPUTE_LISTENER_SECRET_FILE"
-	EnvBatchWindowMS    = "C0MPUTE_BATCH_WINDOW_MS"
-	EnvLogLevel         = "C0MPUTE_LOG_LEVEL"
-	EnvRatePerMinute    = "C0MPUTE_RATE_PER_MINUTE"
-	EnvAccountRate      = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
-	EnvWorkerSharePct   = "C0MPUTE_WORKER_SHARE_PERCENT"
-	EnvMaxTokPerSec     = "C0MPUTE_MAX_TOKENS_PER_SECOND"
-	EnvCanaryEvery      = "C0MPUTE_CANARY_EVERY_SECONDS"
-	EnvSignInDomain     = "C0MPUTE_SIGNIN_DOMAIN"
-	EnvSignInChain      = "C0MPUTE_SIGNIN_CHAIN"
-	EnvCORSOrigins      = "C0MPUTE_CORS_ORIGINS"
-	EnvCatalog          = "C0MPUTE_CATALOG"
-	EnvRPCURL           = "C0MPUTE_RPC_URL"
-	EnvUSDCMint         = "C0MPUTE_USDC_MINT"
-	EnvTreasury         = "C0MPUTE_TREASURY"
+	EnvTable          = dynamo.EnvTable    // DynamoDB table
+	EnvDynamoEndpoint = dynamo.EnvEndpoint // DynamoDB endpoint override (DynamoDB Local in tests)
+	EnvConnectionsURL = "C0MPUTE_CONNECTIONS_URL"
+	EnvRelayURL       = "C0MPUTE_RELAY_URL"
+	EnvListenerSecret = "C0MPUTE_LISTENER_SECRET_ARN"
+	EnvListenerFile   = "C0MPUTE_LISTENER_SECRET_FILE"
+	EnvBatchWindowMS  = "C0MPUTE_BATCH_WINDOW_MS"
+	EnvLogLevel       = "C0MPUTE_LOG_LEVEL"
+	EnvRatePerMinute  = "C0MPUTE_RATE_PER_MINUTE"
+	EnvAccountRate    = "C0MPUTE_ACCOUNT_RATE_PER_MINUTE"
+	EnvWorkerSharePct = "C0MPUTE_WORKER_SHARE_PERCENT"
+	EnvMaxTokPerSec   = "C0MPUTE_MAX_TOKENS_PER_SECOND"
+	EnvCanaryEvery    = "C0MPUTE_CANARY_EVERY_SECONDS"
+	EnvSignInDomain   = "C0MPUTE_SIGNIN_DOMAIN"
+	EnvSignInChain    = "C0MPUTE_SIGNIN_CHAIN"
+	EnvCORSOrigins    = "C0MPUTE_CORS_ORIGINS"
+	EnvCatalog        = "C0MPUTE_CATALOG"
+	EnvRPCURL         = "C0MPUTE_RPC_URL"
+	EnvUSDCMint       = "C0MPUTE_USDC_MINT"
+	EnvTreasury       = "C0MPUTE_TREASURY"
+	// EnvStakingProgram, EnvRewardsProgram and EnvZeroMint turn the
+	// staking routes on (with EnvRPCURL and EnvUSDCMint).
+	EnvStakingProgram   = "C0MPUTE_STAKING_PROGRAM"
+	EnvRewardsProgram   = "C0MPUTE_REWARDS_PROGRAM"
+	EnvZeroMint         = "C0MPUTE_ZERO_MINT"
 	EnvX402Network      = "C0MPUTE_X402_NETWORK"
 	EnvX402FeePayer     = "C0MPUTE_X402_FEE_PAYER_ARN"
 	EnvX402FeePayerFile = "C0MPUTE_X402_FEE_PAYER_FILE"
@@ -113,6 +118,11 @@ type API struct {
 	// keypair, from a secret) pays their fees.
 	X402Network  string `validate:"omitempty,oneof=mainnet devnet testnet"`
 	X402FeePayer string `validate:"required_with=X402Network"`
+	// StakingProgram, RewardsProgram and ZeroMint (base58) turn the
+	// staking routes on: all three, with RPCURL and USDCMint, or none.
+	StakingProgram string `validate:"required_with=RewardsProgram ZeroMint,omitempty,min=32,max=44"`
+	RewardsProgram string `validate:"required_with=StakingProgram ZeroMint,omitempty,min=32,max=44"`
+	ZeroMint       string `validate:"required_with=StakingProgram RewardsProgram,omitempty,min=32,max=44"`
 }
 
 // Relay is the relay function's configuration.
@@ -176,6 +186,10 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 		return API{}, fmt.Errorf("%s: %w", EnvCORSOrigins, err)
 	}
 	c.RPCURL, c.USDCMint, c.Treasury = e(EnvRPCURL), e(EnvUSDCMint), e(EnvTreasury)
+	c.StakingProgram, c.RewardsProgram, c.ZeroMint = e(EnvStakingProgram), e(EnvRewardsProgram), e(EnvZeroMint)
+	if c.StakingProgram != "" && (c.RPCURL == "" || c.USDCMint == "") {
+		return API{}, fmt.Errorf("lambdaenv: %s needs %s and %s", EnvStakingProgram, EnvRPCURL, EnvUSDCMint)
+	}
 	if c.X402Network = e(EnvX402Network); c.X402Network != "" {
 		if c.X402FeePayer, err = e.Secret(ctx, sm, EnvX402FeePayer, EnvX402FeePayerFile); err != nil {
 			return API{}, err
@@ -236,6 +250,7 @@ var variable = map[string]string{
 	"SignInDomain": EnvSignInDomain, "SignInChain": EnvSignInChain,
 	"RPCURL": EnvRPCURL, "USDCMint": EnvUSDCMint, "Treasury": EnvTreasury,
 	"X402Network": EnvX402Network, "X402FeePayer": EnvX402FeePayer + " or " + EnvX402FeePayerFile,
+	"StakingProgram": EnvStakingProgram, "RewardsProgram": EnvRewardsProgram, "ZeroMint": EnvZeroMint,
 }
 
 // Secret reads a secret from Secrets Manager (arnVar holds its ARN) or from

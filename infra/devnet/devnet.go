@@ -73,6 +73,8 @@ type Config struct {
 	// TopUps, when set (with Deposits), takes x402 top-ups into the same
 	// treasury.
 	TopUps *api.TopUps
+	// Staking, when set, serves the staking routes on its chain.
+	Staking *api.Staking
 	// ManualSweep turns the periodic deposit sweep off: a test that counts
 	// what SweepDeposits credits runs it itself.
 	ManualSweep bool
@@ -283,7 +285,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: apiConns, Relay: s.listener,
 		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Deposits: cfg.Deposits,
-		TopUps: cfg.TopUps, Limits: cfg.Limits, Log: log.With("component", "api")})
+		TopUps: cfg.TopUps, Staking: cfg.Staking, Limits: cfg.Limits, Log: log.With("component", "api")})
 	if err != nil {
 		apiLn.Close()
 		return nil, err

@@ -81,6 +81,8 @@ type envOptions struct {
 	deposits *api.Deposits
 	// topUps takes x402 top-ups (with deposits).
 	topUps *api.TopUps
+	// staking serves the staking routes.
+	staking *api.Staking
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -99,7 +101,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0",
 		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: testLog(t),
-		CORSOrigins: o.cors, Deposits: o.deposits, TopUps: o.topUps,
+		CORSOrigins: o.cors, Deposits: o.deposits, TopUps: o.topUps, Staking: o.staking,
 		// Tests count what a sweep credits: they sweep themselves.
 		ManualSweep: true})
 	if err != nil {

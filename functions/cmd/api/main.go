@@ -89,9 +89,13 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	staking, err := stakingFrom(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
 		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), SignIn: signIn,
-		CORSOrigins: cfg.CORSOrigins, Deposits: deposits, TopUps: topUps, Limits: limits, Log: log})
+		CORSOrigins: cfg.CORSOrigins, Deposits: deposits, TopUps: topUps, Staking: staking, Limits: limits, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +127,28 @@ func setup(ctx context.Context) (http.Handler, error) {
 
 // depositsFrom is the deposit routes' configuration, or nil while no
 // treasury is set.
+// stakingFrom is the staking routes' chain and programs; nil (off) without
+// a staking program.
+func stakingFrom(cfg lambdaenv.API) (*api.Staking, error) {
+	if cfg.StakingProgram == "" {
+		return nil, nil
+	}
+	var c onchain.Config
+	for _, f := range []struct {
+		env string
+		v   string
+		to  *solana.PublicKey
+	}{{lambdaenv.EnvStakingProgram, cfg.StakingProgram, &c.StakingProgram}, {lambdaenv.EnvRewardsProgram, cfg.RewardsProgram, &c.RewardsProgram},
+		{lambdaenv.EnvZeroMint, cfg.ZeroMint, &c.ZeroMint}, {lambdaenv.EnvUSDCMint, cfg.USDCMint, &c.USDCMint}} {
+		pk, err := solana.PublicKeyFromBase58(f.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f.env, err)
+		}
+		*f.to = pk
+	}
+	return &api.Staking{Config: c, Chain: rpc.New(cfg.RPCURL)}, nil
+}
+
 func depositsFrom(cfg lambdaenv.API) (*api.Deposits, error) {
 	if cfg.Treasury == "" {
 		return nil, nil
