@@ -121,3 +121,56 @@ func (c Config) BurnZero(account, authority solana.PublicKey, amount uint64) (so
 	}
 	return BurnChecked(Token2022Program, account, c.ZeroMint, authority, amount, ZeroDecimals), nil
 }
+
+// Staking actions a staker's wallet signs (the API builds them, and
+// c0mpute-wallet checks what the API built against its own).
+const (
+	ActionStake           = "stake"
+	ActionUnstake         = "unstake"
+	ActionClaim           = "claim"
+	ActionSetAutocompound = "set_autocompound"
+)
+
+// StakingTx is the unsigned transaction of a staking action for wallet,
+// which pays its fee and signs: amount is base units (ZERO to stake or
+// unstake, USDC to claim), enabled set_autocompound's setting. Unstake and
+// claim first make the wallet's own token account if it has none. It is a
+// v0 transaction, with a compute limit sized to the action.
+func (c Config) StakingTx(wallet solana.PublicKey, action string, amount uint64, enabled bool, blockhash solana.Hash) (*solana.Transaction, error) {
+	var ixs []solana.Instruction
+	var units uint32
+	switch action {
+	case ActionStake:
+		ix, err := c.Stake(wallet, wallet, c.ZeroATA(wallet), amount)
+		if err != nil {
+			return nil, err
+		}
+		ixs, units = []solana.Instruction{ix}, 120_000
+	case ActionUnstake:
+		ix, err := c.Unstake(wallet, amount)
+		if err != nil {
+			return nil, err
+		}
+		ixs, units = []solana.Instruction{CreateATAIdempotent(wallet, wallet, c.ZeroMint, Token2022Program), ix}, 100_000
+	case ActionClaim:
+		ix, err := c.Claim(wallet, amount)
+		if err != nil {
+			return nil, err
+		}
+		ixs, units = []solana.Instruction{CreateATAIdempotent(wallet, wallet, c.USDCMint, TokenProgram), ix}, 80_000
+	case ActionSetAutocompound:
+		ix, err := c.SetAutocompound(wallet, enabled)
+		if err != nil {
+			return nil, err
+		}
+		ixs, units = []solana.Instruction{ix}, 30_000
+	default:
+		return nil, fmt.Errorf("onchain: unknown staking action %q", action)
+	}
+	tx, err := NewTx(wallet, ixs, blockhash, Fees{ComputeUnits: units}, nil)
+	if err != nil {
+		return nil, err
+	}
+	tx.Message.SetVersion(solana.MessageVersionV0)
+	return tx, nil
+}

@@ -38,11 +38,6 @@ type StakingChain interface {
 
 var errStakingOff = notConfigured("Staking is")
 
-// stakingUnits are the compute units each action's transaction asks for:
-// the program's instruction plus an ATA creation where there is one, with
-// room to spare.
-var stakingUnits = map[string]uint32{"stake": 120_000, "unstake": 100_000, "claim": 80_000, "set_autocompound": 30_000}
-
 type stakeDepositJSON struct {
 	// Amount is ZERO base units (6 decimals), as a string: amounts pass
 	// 2^53.
@@ -229,43 +224,14 @@ func (s *Server) stakingTransaction(w http.ResponseWriter, r *http.Request) erro
 	} else if req.Enabled == nil {
 		return oaiwire.InvalidRequest("enabled", "set_autocompound needs enabled: true or false")
 	}
-	var ixs []solana.Instruction
-	switch req.Action {
-	case "stake":
-		ix, err := c.Stake(wallet, wallet, c.ZeroATA(wallet), amount)
-		if err != nil {
-			return err
-		}
-		ixs = append(ixs, ix)
-	case "unstake":
-		ix, err := c.Unstake(wallet, amount)
-		if err != nil {
-			return err
-		}
-		// The ZERO comes back to the wallet's own account, made if new.
-		ixs = append(ixs, onchain.CreateATAIdempotent(wallet, wallet, c.ZeroMint, onchain.Token2022Program), ix)
-	case "claim":
-		ix, err := c.Claim(wallet, amount)
-		if err != nil {
-			return err
-		}
-		ixs = append(ixs, onchain.CreateATAIdempotent(wallet, wallet, c.USDCMint, onchain.TokenProgram), ix)
-	case "set_autocompound":
-		ix, err := c.SetAutocompound(wallet, *req.Enabled)
-		if err != nil {
-			return err
-		}
-		ixs = append(ixs, ix)
-	}
 	bh, err := st.Chain.GetLatestBlockhash(r.Context(), rpc.CommitmentConfirmed)
 	if err != nil {
 		return fmt.Errorf("api: latest blockhash: %w", err)
 	}
-	tx, err := onchain.NewTx(wallet, ixs, bh.Value.Blockhash, onchain.Fees{ComputeUnits: stakingUnits[req.Action]}, nil)
+	tx, err := c.StakingTx(wallet, req.Action, amount, req.Enabled != nil && *req.Enabled, bh.Value.Blockhash)
 	if err != nil {
 		return err
 	}
-	tx.Message.SetVersion(solana.MessageVersionV0)
 	b64, err := onchain.Unsigned(tx)
 	if err != nil {
 		return err

@@ -6,6 +6,9 @@
 //	                                  finality and has it verified; prints the credits
 //	c0mpute-wallet payout-wallet      makes the wallet the payout wallet of the account whose
 //	                                  key is OPENAI_API_KEY, by signing the gateway's challenge
+//	c0mpute-wallet stake|unstake ZERO, claim [USDC], autocompound on|off
+//	                                  staking: the gateway builds the transaction, the command
+//	                                  signs it only if it is what it builds itself, and sends it
 //
 // Settings come from the environment scripts/dev writes to dev.env, or from
 // flags: C0MPUTE_DEV_WALLET (-key, the keypair file), OPENAI_BASE_URL (-api,
@@ -39,7 +42,8 @@ import (
 	"github.com/c0mpute/c0mpute/onchain/chain"
 )
 
-const usage = `usage: c0mpute-wallet [flags] signin | deposit AMOUNT | payout-wallet
+const usage = `usage: c0mpute-wallet [flags] signin | deposit AMOUNT | payout-wallet |
+       stake ZERO | unstake ZERO | claim [USDC] | autocompound on|off
 
   signin          sign in with the wallet (Sign-In With Solana); prints
                   OPENAI_API_KEY=<a new key>, so: eval "$(c0mpute-wallet signin)"
@@ -48,6 +52,13 @@ const usage = `usage: c0mpute-wallet [flags] signin | deposit AMOUNT | payout-wa
   payout-wallet   have the earnings of the account whose key is OPENAI_API_KEY
                   paid to the wallet (-key: any Solana keypair file, a workerd
                   identity too), proven by the wallet's signature
+  stake ZERO      stake ZERO (like 1000 or 0.5) from the wallet; it matures in 24 h
+  unstake ZERO    take ZERO back (the newest deposits go first)
+  claim [USDC]    claim USDC rewards from the reward vault (default: all of them)
+  autocompound on|off
+                  have the daily reward buy ZERO and stake it, or be paid in USDC
+  The staking commands need C0MPUTE_STAKING_PROGRAM, C0MPUTE_REWARDS_PROGRAM,
+  C0MPUTE_ZERO_MINT and C0MPUTE_USDC_MINT: the wallet signs nothing else.
 
 flags (defaults from the environment dev.env sets):
 `
@@ -123,8 +134,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "the earnings of account %s are paid to %s\n", set.AccountID, set.Wallet)
 		return nil
+	case onchain.ActionStake, onchain.ActionUnstake, onchain.ActionClaim, "autocompound":
+		if *rpcURL == "" {
+			return errors.New("set -rpc (C0MPUTE_RPC_URL) to the chain's JSON-RPC endpoint")
+		}
+		g.key = os.Getenv("OPENAI_API_KEY")
+		if g.key == "" {
+			return errors.New(cmd + ` needs the account's key in OPENAI_API_KEY: eval "$(c0mpute-wallet signin)" first`)
+		}
+		cfg, err := stakingConfig()
+		if err != nil {
+			return err
+		}
+		return stake(ctx, g, chain.New(rpc.New(*rpcURL)), cfg, key, cmd, fs.Args()[1:], stdout)
 	default:
-		return fmt.Errorf("unknown command %q: want signin, deposit or payout-wallet", cmd)
+		return fmt.Errorf("unknown command %q: want signin, deposit, payout-wallet, stake, unstake, claim or autocompound", cmd)
 	}
 }
 
@@ -231,6 +255,116 @@ func (g *gateway) setPayoutWallet(ctx context.Context, key solana.PrivateKey, st
 		return payoutWallet{}, fmt.Errorf("payout-wallet: %w", err)
 	}
 	return out, nil
+}
+
+// stakingConfig is the programs and mints the environment names: what the
+// wallet will sign for, whatever the gateway says.
+func stakingConfig() (onchain.Config, error) {
+	var c onchain.Config
+	for _, f := range []struct {
+		env string
+		to  *solana.PublicKey
+	}{{"C0MPUTE_STAKING_PROGRAM", &c.StakingProgram}, {"C0MPUTE_REWARDS_PROGRAM", &c.RewardsProgram},
+		{"C0MPUTE_ZERO_MINT", &c.ZeroMint}, {"C0MPUTE_USDC_MINT", &c.USDCMint}} {
+		v := os.Getenv(f.env)
+		if v == "" {
+			return c, fmt.Errorf("set %s: the staking commands sign only for the programs and mints the environment names", f.env)
+		}
+		pk, err := solana.PublicKeyFromBase58(v)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", f.env, err)
+		}
+		*f.to = pk
+	}
+	return c, nil
+}
+
+// stakingTx is the gateway's answer to POST /v1/staking/transactions.
+type stakingTx struct {
+	Amount               string `json:"amount"`
+	Transaction          string `json:"transaction"`
+	LastValidBlockHeight uint64 `json:"last_valid_block_height"`
+}
+
+// stake asks the gateway for the staking transaction of cmd, checks it is
+// exactly the one this command builds itself for the same blockhash (a
+// gateway cannot slip in another instruction, account or amount), signs
+// it, sends it and waits for it.
+func stake(ctx context.Context, g *gateway, c *chain.Chain, cfg onchain.Config, key solana.PrivateKey, cmd string, args []string, stdout io.Writer) error {
+	wallet := key.PublicKey()
+	req := map[string]any{"action": cmd, "wallet": wallet.String()}
+	var enabled bool
+	switch {
+	case cmd == "autocompound":
+		if len(args) != 1 || args[0] != "on" && args[0] != "off" {
+			return errors.New("say autocompound on or autocompound off")
+		}
+		enabled = args[0] == "on"
+		req["action"], req["enabled"] = onchain.ActionSetAutocompound, enabled
+	case cmd == onchain.ActionClaim && len(args) == 0:
+		req["amount"] = "all"
+	case len(args) == 1:
+		units, err := usdcUnits(args[0]) // ZERO and USDC both have 6 decimals
+		if err != nil || units == 0 {
+			return fmt.Errorf("%s %q: want an amount above 0, like 5 or 0.25", cmd, args[0])
+		}
+		req["amount"] = strconv.FormatUint(units, 10)
+	default:
+		return fmt.Errorf("say how much: %s 5", cmd)
+	}
+	var got stakingTx
+	if err := g.call(ctx, http.MethodPost, "/staking/transactions", req, &got); err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	tx, err := solana.TransactionFromBase64(got.Transaction)
+	if err != nil {
+		return fmt.Errorf("%s: the gateway's transaction: %w", cmd, err)
+	}
+	var amount uint64
+	if got.Amount != "" {
+		if amount, err = strconv.ParseUint(got.Amount, 10, 64); err != nil {
+			return fmt.Errorf("%s: the gateway's amount %q: %w", cmd, got.Amount, err)
+		}
+	}
+	if asked, ok := req["amount"].(string); ok && asked != "all" && asked != got.Amount {
+		return fmt.Errorf("%s: the gateway built %s base units, not the %s asked; nothing was signed", cmd, got.Amount, asked)
+	}
+	want, err := cfg.StakingTx(wallet, req["action"].(string), amount, enabled, tx.Message.RecentBlockhash)
+	if err != nil {
+		return err
+	}
+	wb, err := want.Message.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	gb, err := tx.Message.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(wb, gb) {
+		return fmt.Errorf("%s: the gateway's transaction is not the one this command builds for the programs and mints the environment names; nothing was signed", cmd)
+	}
+	if _, err := want.Sign(func(k solana.PublicKey) *solana.PrivateKey {
+		if k == wallet {
+			return &key
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	sig, err := c.Send(ctx, want)
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	fmt.Fprintf(os.Stderr, "sent %s; waiting for it to land…\n", sig)
+	switch o, err := c.Confirm(ctx, sig, got.LastValidBlockHeight); {
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", cmd, sig, err)
+	case o != chain.Landed:
+		return fmt.Errorf("%s %s: %v", cmd, sig, o)
+	}
+	fmt.Fprintf(stdout, "%s: landed in %s\n", cmd, sig)
+	return nil
 }
 
 type intent struct {
