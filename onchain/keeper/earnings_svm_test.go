@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/onchain/keeper"
@@ -109,43 +110,70 @@ func TestEarningsPayoutsOnSVM(t *testing.T) {
 }
 
 // TestEarningsPayoutsCrashAtEveryStep kills the keeper at each ledger write,
-// reservation and send of an earnings payout run, before and after it, and
-// re-runs it — the same day, or only the next day — and checks every worker
-// was paid exactly once and the store agrees.
+// reservation and send of an earnings payout run — the daily one, and the
+// hourly run of the payouts workers asked for — before and after it, and
+// re-runs it (the same run, or only a later one, which must finish the
+// crashed run first) and checks every worker was paid exactly once and the
+// store agrees.
 func TestEarningsPayoutsCrashAtEveryStep(t *testing.T) {
 	e := svmtest.NewEnv(t)
-	w, earn := earningsWorld(t, e)
-	count := &crashPoint{at: -1}
-	if _, _, err := w.earningsKeeper(earn, count).EarningsPayouts(context.Background(), w.at, true); err != nil {
-		t.Fatal(err)
-	}
-	w.checkEarnings(t, earn)
-	steps := count.n
-	t.Logf("an earnings payout run takes %d steps", steps)
-	for at := 1; at <= steps; at++ {
-		for _, after := range []bool{false, true} {
-			t.Run(fmt.Sprintf("step%d/after=%v", at, after), func(t *testing.T) {
-				w, earn := earningsWorld(t, e)
-				err := killed(func() error {
-					_, _, err := w.earningsKeeper(earn, &crashPoint{at: at, after: after}).EarningsPayouts(context.Background(), w.at, true)
-					return err
-				})
-				if !errors.Is(err, errCrash) {
-					t.Fatalf("crash at step %d did not surface: %v", at, err)
+	type payFunc func(k *keeper.Keeper, at time.Time) error
+	daily := func(k *keeper.Keeper, at time.Time) error { _, _, err := k.EarningsPayouts(context.Background(), at, true); return err }
+	requested := func(k *keeper.Keeper, at time.Time) error { _, _, err := k.RequestedPayouts(context.Background(), at, true); return err }
+	for _, kind := range []struct {
+		name     string
+		request  bool
+		pay      payFunc
+		later    payFunc
+		laterGap time.Duration
+	}{
+		{"daily", false, daily, daily, 24 * time.Hour},
+		{"requested", true, requested, daily, 24 * time.Hour},
+		{"requested, then the next hour's", true, requested, requested, time.Hour},
+	} {
+		world := func(t *testing.T) (*world, store.Earnings) {
+			w, earn := earningsWorld(t, e)
+			if kind.request {
+				for i := range w.workers {
+					if _, err := earn.RequestPayout(context.Background(), fmt.Sprintf("worker-%d", i), w.at); err != nil {
+						t.Fatal(err)
+					}
 				}
-				e.AdvanceBlocks(t, 151)
-				// Odd steps re-run the same day; even ones only the next
-				// day, which must finish the crashed run first.
-				day := w.at
-				if at%2 == 0 {
-					day = day.AddDate(0, 0, 1)
-				}
-				if _, _, err := w.earningsKeeper(earn, nil).EarningsPayouts(context.Background(), day, true); err != nil {
-					t.Fatalf("re-run: %v", err)
-				}
-				w.checkEarnings(t, earn)
-			})
+			}
+			return w, earn
 		}
+		t.Run(kind.name, func(t *testing.T) {
+			w, earn := world(t)
+			count := &crashPoint{at: -1}
+			if err := kind.pay(w.earningsKeeper(earn, count), w.at); err != nil {
+				t.Fatal(err)
+			}
+			w.checkEarnings(t, earn)
+			steps := count.n
+			t.Logf("a %s payout run takes %d steps", kind.name, steps)
+			for at := 1; at <= steps; at++ {
+				for _, after := range []bool{false, true} {
+					t.Run(fmt.Sprintf("step%d/after=%v", at, after), func(t *testing.T) {
+						w, earn := world(t)
+						err := killed(func() error { return kind.pay(w.earningsKeeper(earn, &crashPoint{at: at, after: after}), w.at) })
+						if !errors.Is(err, errCrash) {
+							t.Fatalf("crash at step %d did not surface: %v", at, err)
+						}
+						e.AdvanceBlocks(t, 151)
+						// Odd steps re-run the same run; even ones only a
+						// later one, which must finish the crashed run first.
+						rerun, at2 := kind.pay, w.at
+						if at%2 == 0 {
+							rerun, at2 = kind.later, w.at.Add(kind.laterGap)
+						}
+						if err := rerun(w.earningsKeeper(earn, nil), at2); err != nil {
+							t.Fatalf("re-run: %v", err)
+						}
+						w.checkEarnings(t, earn)
+					})
+				}
+			}
+		})
 	}
 }
 
