@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/keeper"
 	"github.com/c0mpute/c0mpute/onchain/svmtest"
 )
@@ -230,5 +231,50 @@ func TestEarningsRunsOutOfOrder(t *testing.T) {
 	w.checkEarnings(t, earn)
 	if unpaid, _ := clean.UnpaidEarnings(ctx); unpaid != keeper.CreditsToUSDC(earned[1]) {
 		t.Fatalf("unpaid after the payouts: %d, want the one below the minimum (%d)", unpaid, keeper.CreditsToUSDC(earned[1]))
+	}
+}
+
+// TestFrozenRecipientFailsAlone: a worker whose USDC account is frozen
+// makes the transaction it shares with others fail in preflight; the
+// keeper sends each of that transaction's payouts again alone, so the
+// others are paid and only the frozen one fails (given back, still owed).
+func TestFrozenRecipientFailsAlone(t *testing.T) {
+	e := svmtest.NewEnv(t)
+	w, earn := earningsWorld(t, e)
+	ctx := context.Background()
+	// Freeze worker 0's USDC account: its state byte (offset 108) = 2.
+	frozen := e.MintTo(t, w.cfg.USDCMint, onchain.TokenProgram, w.workers[0].Owner, 0)
+	res, err := e.RPC.GetAccountInfo(ctx, frozen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := res.Value.Data.GetBinary()
+	data[108] = 2
+	e.SetAccount(t, frozen, onchain.TokenProgram, data)
+
+	ts, _, err := w.earningsKeeper(earn, nil).EarningsPayouts(ctx, w.at, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]store.TransferState{}
+	for _, tr := range ts {
+		states[tr.Recipient] = tr.State
+	}
+	if states[w.workers[0].Owner.String()] != store.TransferFailed || states[w.workers[2].Owner.String()] != store.TransferConfirmed {
+		t.Fatalf("transfers %+v; want the frozen worker's failed and the other's confirmed", ts)
+	}
+	if got := e.TokenBalance(t, w.cfg.USDCATA(w.workers[2].Owner)); got != uint64(earned[2]*10_000) {
+		t.Fatalf("the other worker holds %d, want %d", got, earned[2]*10_000)
+	}
+	owed, err := earn.OwedEarnings(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]int64{}
+	for _, o := range owed {
+		left[o.Wallet] = o.Credits
+	}
+	if left[w.workers[0].Owner.String()] != earned[0] || left[w.workers[2].Owner.String()] != 0 {
+		t.Fatalf("still owed %v; want the frozen worker's %d given back and the other paid", left, earned[0])
 	}
 }

@@ -251,8 +251,20 @@ func (x *Executor) sendBatch(ctx context.Context, ts []store.Transfer, groups []
 		res.Fees += fees.LamportsFor(1)
 		_, sendErr := x.Chain.Send(ctx, tx)
 		if errors.Is(sendErr, chain.ErrPreflight) {
-			x.log().Warn("keeper: transaction refused in preflight", "signature", sig.String(), "err", sendErr)
-			return x.settle(ctx, ts, sig.String(), chain.Failed, "preflight")
+			x.log().Warn("keeper: transaction refused in preflight", "signature", sig.String(), "transfers", len(ts), "err", sendErr)
+			if len(ts) == 1 {
+				return x.settle(ctx, ts, sig.String(), chain.Failed, "preflight")
+			}
+			// One recipient's transfer (a frozen account, a closed
+			// one) must not fail the others with it: a refused
+			// transaction never left this process, so each transfer
+			// is sent again alone, and only the bad one fails.
+			for i := range ts {
+				if err := x.sendBatch(ctx, ts[i:i+1], groups[i:i+1], sig.String(), res); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 		if sendErr != nil {
 			// The response may be lost while the transaction landed:
