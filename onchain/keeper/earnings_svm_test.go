@@ -119,8 +119,14 @@ func TestEarningsPayoutsOnSVM(t *testing.T) {
 func TestEarningsPayoutsCrashAtEveryStep(t *testing.T) {
 	e := svmtest.NewEnv(t)
 	type payFunc func(k *keeper.Keeper, at time.Time) error
-	daily := func(k *keeper.Keeper, at time.Time) error { _, _, err := k.EarningsPayouts(context.Background(), at, true); return err }
-	requested := func(k *keeper.Keeper, at time.Time) error { _, _, err := k.RequestedPayouts(context.Background(), at, true); return err }
+	daily := func(k *keeper.Keeper, at time.Time) error {
+		_, _, err := k.EarningsPayouts(context.Background(), at, true)
+		return err
+	}
+	requested := func(k *keeper.Keeper, at time.Time) error {
+		_, _, err := k.RequestedPayouts(context.Background(), at, true)
+		return err
+	}
 	for _, kind := range []struct {
 		name     string
 		request  bool
