@@ -54,3 +54,48 @@ func ExtendLookupTable(table, authority, payer solana.PublicKey, addresses []sol
 		solana.Meta(SystemProgram),
 	}, data), nil
 }
+
+// lookupTableMeta is the size of a lookup table account's header; its
+// addresses follow, 32 bytes each.
+const lookupTableMeta = 56
+
+// LookupTable is an address lookup table account as the chain holds it.
+type LookupTable struct {
+	// Authority may extend the table; nil once frozen.
+	Authority *solana.PublicKey
+	// Active is false once the table was deactivated (it is then closed
+	// after a cool-down, and must not be used).
+	Active    bool
+	Addresses []solana.PublicKey
+}
+
+// DecodeLookupTable parses a lookup table account's data: a u32 type (1),
+// the deactivation slot (u64::MAX while active), the last extension's slot
+// and start index, the optional authority, padding to 56 bytes, then the
+// addresses.
+func DecodeLookupTable(data []byte) (LookupTable, error) {
+	if len(data) < lookupTableMeta || (len(data)-lookupTableMeta)%32 != 0 {
+		return LookupTable{}, fmt.Errorf("onchain: lookup table of %d bytes", len(data))
+	}
+	if typ := binary.LittleEndian.Uint32(data[0:4]); typ != 1 {
+		return LookupTable{}, fmt.Errorf("onchain: lookup table account of type %d", typ)
+	}
+	n := (len(data) - lookupTableMeta) / 32
+	if n > MaxTableAddresses {
+		return LookupTable{}, fmt.Errorf("onchain: lookup table with %d addresses", n)
+	}
+	t := LookupTable{Active: binary.LittleEndian.Uint64(data[4:12]) == ^uint64(0)}
+	if data[21] == 1 {
+		a := solana.PublicKeyFromBytes(data[22:54])
+		t.Authority = &a
+	}
+	for i := range n {
+		off := lookupTableMeta + 32*i
+		t.Addresses = append(t.Addresses, solana.PublicKeyFromBytes(data[off:off+32]))
+	}
+	return t, nil
+}
+
+// LookupTableAuthorityOffset is where a lookup table's authority sits in
+// its data: a memcmp filter there finds one authority's tables.
+const LookupTableAuthorityOffset = 22

@@ -57,7 +57,7 @@ func TestPayoutsThroughLookupTableOnSVM(t *testing.T) {
 
 	var groups []onchain.Group
 	for i, w := range wallets {
-		groups = append(groups, onchain.Group{ComputeUnits: 10_000, Instructions: []solana.Instruction{
+		groups = append(groups, onchain.Group{ComputeUnits: 10_000, Trace: 1, Instructions: []solana.Instruction{
 			onchain.TransferChecked(onchain.TokenProgram, from, c.USDCMint, c.USDCATA(w), k, uint64(1_000_000+i), 6)}})
 	}
 	tables := onchain.Tables{table: addrs}

@@ -48,6 +48,42 @@ func (f Fees) LamportsFor(signers int) uint64 {
 // from: table address → its addresses.
 type Tables map[solana.PublicKey]solana.PublicKeySlice
 
+// tableIndex maps each address to a table holding it.
+type tableIndex map[solana.PublicKey]solana.PublicKey
+
+func (t Tables) index() tableIndex {
+	idx := tableIndex{}
+	for table, addrs := range t {
+		for _, a := range addrs {
+			if _, ok := idx[a]; !ok {
+				idx[a] = table
+			}
+		}
+	}
+	return idx
+}
+
+// subset is the tables of idx that hold an account of ixs: a message lists
+// only the tables it loads from, and assembling one is faster given only
+// those.
+func (t Tables) subset(idx tableIndex, ixs []solana.Instruction) Tables {
+	if len(t) == 0 {
+		return nil
+	}
+	out := Tables{}
+	for _, ix := range ixs {
+		for _, m := range ix.Accounts() {
+			if table, ok := idx[m.PublicKey]; ok {
+				out[table] = t[table]
+			}
+		}
+	}
+	return out
+}
+
+// For is the tables that hold an account of ixs.
+func (t Tables) For(ixs []solana.Instruction) Tables { return t.subset(t.index(), ixs) }
+
 // NewTx assembles an unsigned transaction paid by payer: the compute budget
 // instructions, then ixs. With tables it is a v0 transaction, else legacy.
 func NewTx(payer solana.PublicKey, ixs []solana.Instruction, blockhash solana.Hash, fees Fees, tables Tables) (*solana.Transaction, error) {
@@ -104,38 +140,85 @@ func Unsigned(tx *solana.Transaction) (string, error) {
 type Group struct {
 	Instructions []solana.Instruction
 	ComputeUnits uint32
+	// Trace is the most instructions the group runs, its programs' calls
+	// to other programs included (an ATA creation calls four): a
+	// transaction's trace may not pass MaxInstructionTrace. 0 counts
+	// defaultTrace per instruction.
+	Trace int
 	// Solo groups get a transaction of their own: a swap whose output is
 	// read from its transaction's balances must not share it.
 	Solo bool
 }
 
+// MaxInstructionTrace is how many instructions one transaction may run,
+// calls between programs included: the cluster fails a transaction past it.
+const MaxInstructionTrace = 64
+
+// defaultTrace is the trace counted for an instruction of a group that does
+// not say: an instruction that may create an account calls about four
+// others.
+const defaultTrace = 5
+
+// trace is g's instruction trace, as counted for packing.
+func (g Group) trace() int {
+	if g.Trace > 0 {
+		return g.Trace
+	}
+	return defaultTrace * len(g.Instructions)
+}
+
+// MaxAccountLocks is how many accounts one transaction may lock (static
+// and loaded from tables together, program ids included): the cluster
+// refuses more. Lookup tables make this, not the size, a v0 transaction's
+// limit.
+const MaxAccountLocks = 64
+
+// accountLocks counts the distinct accounts of a transaction of ixs paid by
+// payer, with the compute budget program its fees add.
+func accountLocks(payer solana.PublicKey, ixs []solana.Instruction) int {
+	seen := map[solana.PublicKey]bool{payer: true, ComputeBudgetID: true}
+	for _, ix := range ixs {
+		seen[ix.ProgramID()] = true
+		for _, m := range ix.Accounts() {
+			seen[m.PublicKey] = true
+		}
+	}
+	return len(seen)
+}
+
 // Pack splits groups, in order, into as few transactions as fit: each
-// under MaxTxSize with fees' budget instructions included and under
-// MaxComputeUnits. It returns, for each transaction, the indexes of its
+// under MaxTxSize with fees' budget instructions included, under
+// MaxComputeUnits, MaxInstructionTrace and MaxAccountLocks. It returns, for each transaction, the indexes of its
 // groups. A group that does not fit alone is ErrTooLarge.
 //
 // Whether a run of groups fits only gets harder as groups are added, so
 // each transaction's end is found by galloping then bisecting: O(log k)
 // trial encodings for k groups per transaction instead of k.
 func Pack(payer solana.PublicKey, groups []Group, fees Fees, tables Tables) ([][]int, error) {
+	idx := tables.index()
 	fits := func(from, to int) (bool, error) { // groups[from:to]
 		var ixs []solana.Instruction
 		var units uint32
+		trace := 2 // the compute budget instructions
 		for i := from; i < to; i++ {
 			if i > from && (groups[i].Solo || groups[from].Solo) {
 				return false, nil
 			}
 			ixs = append(ixs, groups[i].Instructions...)
 			units += groups[i].ComputeUnits
-			if units > MaxComputeUnits {
+			trace += groups[i].trace()
+			if units > MaxComputeUnits || trace > MaxInstructionTrace {
 				return false, nil
 			}
+		}
+		if accountLocks(payer, ixs) > MaxAccountLocks {
+			return false, nil
 		}
 		f := fees
 		if f.ComputeUnits > 0 || f.MicroLamportsPerCU > 0 {
 			f.ComputeUnits = max(units, 1)
 		}
-		_, err := NewTx(payer, ixs, solana.Hash{}, f, tables)
+		_, err := NewTx(payer, ixs, solana.Hash{}, f, tables.subset(idx, ixs))
 		if errors.Is(err, ErrTooLarge) {
 			return false, nil
 		}

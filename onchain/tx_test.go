@@ -3,6 +3,7 @@ package onchain_test
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gagliardetto/solana-go"
@@ -96,6 +97,33 @@ func TestPackRespectsLimits(t *testing.T) {
 	}
 	if _, err := onchain.Pack(payer, []onchain.Group{big}, onchain.Fees{}, nil); !errors.Is(err, onchain.ErrTooLarge) {
 		t.Fatalf("oversized group: %v", err)
+	}
+	// A transaction runs at most 64 instructions, calls included: groups
+	// of 10 go 6 to a transaction (with the 2 budget instructions).
+	heavy := make([]onchain.Group, 20)
+	for i := range heavy {
+		heavy[i] = onchain.Group{Instructions: []solana.Instruction{onchain.SetComputeUnitPrice(uint64(i))}, ComputeUnits: 1, Trace: 10}
+	}
+	if batches, err := onchain.Pack(payer, heavy, onchain.Fees{ComputeUnits: 1}, nil); err != nil || len(batches[0]) != 6 {
+		t.Fatalf("traced groups packed %v, %v; want 6 a transaction", batches, err)
+	}
+	// And locks at most 64 accounts, however small its lookup tables make
+	// it: 120 tiny instructions touching an account each, through a
+	// table, go 61 to a transaction (with the payer and two programs).
+	var wide []onchain.Group
+	var addrs solana.PublicKeySlice
+	for i := range 120 {
+		to := key(fmt.Sprint("dest", i))
+		addrs = append(addrs, to)
+		wide = append(wide, onchain.Group{ComputeUnits: 1, Trace: 1, Instructions: []solana.Instruction{
+			solana.NewInstruction(key("program"), solana.AccountMetaSlice{solana.Meta(to).WRITE()}, nil)}})
+	}
+	batches, err = onchain.Pack(payer, wide, onchain.Fees{ComputeUnits: 1}, onchain.Tables{key("table"): addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := onchain.MaxAccountLocks - 3; len(batches[0]) != want {
+		t.Fatalf("first batch %d instructions; want the %d the account locks allow", len(batches[0]), want)
 	}
 	if _, err := onchain.Memo(""); err == nil {
 		t.Fatal("empty memo accepted")

@@ -34,7 +34,7 @@ func BenchmarkKeeperDayOnSVM(b *testing.B) {
 }
 
 // newWorldN is newWorld with n plain stakers.
-func newWorldN(b *testing.B, e *svmtest.Env, n int) *world {
+func newWorldN(b testing.TB, e *svmtest.Env, n int) *world {
 	w := newWorld(b, e, false, false)
 	for range n {
 		o := svmtest.NewKey(b).PublicKey()

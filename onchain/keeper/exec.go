@@ -37,6 +37,9 @@ type Executor struct {
 	// Keeper signs every transaction and pays its fees.
 	Keeper solana.PrivateKey
 	Build  Builder
+	// Prepare, when set, is called with the transfers about to be built
+	// (the keeper reads whether their destination accounts exist).
+	Prepare func(ctx context.Context, ts []store.Transfer) error
 	// PriorityFee is the price per compute unit, in micro-lamports.
 	PriorityFee uint64
 	// Tables, when set, are address lookup tables (already created and
@@ -187,6 +190,11 @@ func (x *Executor) sendAll(ctx context.Context, ts []store.Transfer, prev string
 	if len(ts) == 0 {
 		return nil
 	}
+	if x.Prepare != nil {
+		if err := x.Prepare(ctx, ts); err != nil {
+			return err
+		}
+	}
 	groups := make([]onchain.Group, len(ts))
 	for i, t := range ts {
 		g, err := x.Build(ctx, t)
@@ -229,7 +237,7 @@ func (x *Executor) sendBatch(ctx context.Context, ts []store.Transfer, groups []
 		if err != nil {
 			return err
 		}
-		tx, err := onchain.NewTx(x.Keeper.PublicKey(), ixs, bh.Hash, fees, x.Tables)
+		tx, err := onchain.NewTx(x.Keeper.PublicKey(), ixs, bh.Hash, fees, x.Tables.For(ixs))
 		if err != nil {
 			return err
 		}

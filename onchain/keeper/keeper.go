@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gagliardetto/solana-go"
+	"github.com/gagliardetto/solana-go/rpc"
 
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/onchain"
@@ -72,6 +73,16 @@ type Keeper struct {
 	Accounts Accounts
 	Exec     *Executor
 	Stakes   stakes.Client
+	// TableRPC finds and makes the keeper's lookup tables; nil runs
+	// without them (legacy transactions).
+	TableRPC TableRPC
+	// Accounts reads whether transfers' destination accounts exist
+	// (Prepare): a transfer to one that does not may create it, which
+	// runs more instructions, so fewer fit a transaction. Nil counts
+	// every transfer as creating.
+	AccountsRPC AccountsRPC
+	// existing are the destination accounts Prepare found.
+	existing map[solana.PublicKey]bool
 	Balances BalanceReader
 	Swap     Swapper
 	Delivery RewardDelivery
@@ -87,6 +98,71 @@ type Accounts interface {
 	GetAccount(ctx context.Context, id string) (store.Account, error)
 	AccountsPaidTo(ctx context.Context, wallet string) ([]store.Account, error)
 	SetStakeBoost(ctx context.Context, accountID string, until time.Time) error
+}
+
+// AccountsRPC reads many accounts at once.
+type AccountsRPC interface {
+	GetMultipleAccountsWithOpts(ctx context.Context, accounts []solana.PublicKey, opts *rpc.GetMultipleAccountsOpts) (*rpc.GetMultipleAccountsResult, error)
+}
+
+// destination is the token account a transfer credits, which it creates if
+// missing; false for transfers that create none.
+func (k *Keeper) destination(t store.Transfer) (solana.PublicKey, bool) {
+	to, err := solana.PublicKeyFromBase58(t.Recipient)
+	if err != nil {
+		return solana.PublicKey{}, false
+	}
+	switch t.Kind {
+	case KindReward:
+		return k.Config.RewardVault(to), true
+	case KindPayout:
+		return k.Config.USDCATA(to), true
+	case KindStake:
+		return k.Config.StakeVault(to), true
+	}
+	return solana.PublicKey{}, false
+}
+
+// Prepare reads, 100 at a time, whether the destination accounts of ts
+// exist, so that Build counts the instructions a transfer really runs.
+func (k *Keeper) Prepare(ctx context.Context, ts []store.Transfer) error {
+	if k.AccountsRPC == nil {
+		return nil
+	}
+	var addrs []solana.PublicKey
+	for _, t := range ts {
+		if a, ok := k.destination(t); ok {
+			addrs = append(addrs, a)
+		}
+	}
+	if k.existing == nil {
+		k.existing = map[solana.PublicKey]bool{}
+	}
+	for i := 0; i < len(addrs); i += 100 {
+		chunk := addrs[i:min(i+100, len(addrs))]
+		res, err := k.AccountsRPC.GetMultipleAccountsWithOpts(ctx, chunk, &rpc.GetMultipleAccountsOpts{
+			Commitment: rpc.CommitmentConfirmed, DataSlice: &rpc.DataSlice{Offset: ptrU64(0), Length: ptrU64(0)}})
+		if err != nil {
+			return fmt.Errorf("keeper: read destination accounts: %w", err)
+		}
+		for j, a := range res.Value {
+			if j < len(chunk) {
+				k.existing[chunk[j]] = a != nil
+			}
+		}
+	}
+	return nil
+}
+
+func ptrU64(v uint64) *uint64 { return &v }
+
+// trace is the instruction trace of a transfer: small when its destination
+// is known to exist, created otherwise.
+func (k *Keeper) trace(t store.Transfer, existing, creating int) int {
+	if a, ok := k.destination(t); ok && k.existing[a] {
+		return existing
+	}
+	return creating
 }
 
 // BalanceReader reads a token account's balance (chain.Chain via the RPC
@@ -110,13 +186,15 @@ func (k *Keeper) Build(ctx context.Context, t store.Transfer) (onchain.Group, er
 	switch t.Kind {
 	case KindReward:
 		if k.Delivery == DeliverVaultTransfer {
-			return onchain.Group{ComputeUnits: 40_000, Instructions: []solana.Instruction{
+			return onchain.Group{ComputeUnits: 40_000, Trace: k.trace(t, 2, 6), Instructions: []solana.Instruction{
 				onchain.CreateATAIdempotent(kp, c.RewardPDA(to), c.USDCMint, onchain.TokenProgram),
 				onchain.TransferChecked(onchain.TokenProgram, c.USDCATA(kp), c.USDCMint, c.RewardVault(to), kp, amt, onchain.USDCDecimals),
 			}}, nil
 		}
+		// fund transfers, and makes the reward account and vault the
+		// first time (an ATA creation and its calls).
 		ix, err := c.Fund(kp, c.USDCATA(kp), to, amt)
-		return onchain.Group{ComputeUnits: 60_000, Instructions: []solana.Instruction{ix}}, err
+		return onchain.Group{ComputeUnits: 60_000, Trace: k.trace(t, 2, 8), Instructions: []solana.Instruction{ix}}, err
 	case KindPayout:
 		ixs, err := c.USDCPayout(kp, kp, c.USDCATA(kp), to, amt)
 		if err != nil {
@@ -128,19 +206,19 @@ func (k *Keeper) Build(ctx context.Context, t store.Transfer) (onchain.Group, er
 		// the same transaction, and the second, deduplicated by the
 		// cluster, would look landed while paying nothing.
 		memo, err := onchain.Memo(payoutMemo(t.Key))
-		return onchain.Group{ComputeUnits: 50_000, Instructions: append(ixs, memo)}, err
+		return onchain.Group{ComputeUnits: 50_000, Trace: k.trace(t, 3, 7), Instructions: append(ixs, memo)}, err
 	case KindBurn:
 		ix, err := c.BurnZero(c.ZeroATA(kp), kp, amt)
-		return onchain.Group{ComputeUnits: 10_000, Instructions: []solana.Instruction{ix}}, err
+		return onchain.Group{ComputeUnits: 10_000, Trace: 1, Instructions: []solana.Instruction{ix}}, err
 	case KindStake:
 		if k.Delivery == DeliverVaultTransfer {
-			return onchain.Group{ComputeUnits: 40_000, Instructions: []solana.Instruction{
+			return onchain.Group{ComputeUnits: 40_000, Trace: k.trace(t, 2, 6), Instructions: []solana.Instruction{
 				onchain.CreateATAIdempotent(kp, c.StakePDA(to), c.ZeroMint, onchain.Token2022Program),
 				onchain.TransferChecked(onchain.Token2022Program, c.ZeroATA(kp), c.ZeroMint, c.StakeVault(to), kp, amt, onchain.ZeroDecimals),
 			}}, nil
 		}
 		ix, err := c.Stake(kp, to, c.ZeroATA(kp), amt)
-		return onchain.Group{ComputeUnits: 60_000, Instructions: []solana.Instruction{ix}}, err
+		return onchain.Group{ComputeUnits: 60_000, Trace: k.trace(t, 3, 9), Instructions: []solana.Instruction{ix}}, err
 	case KindSwap:
 		if k.Swap == nil {
 			return onchain.Group{}, errors.New("no swapper configured")

@@ -231,8 +231,9 @@ func (w *world) keeper(c *crashPoint) *keeper.Keeper {
 		l = crashLedger{w.ledger, c}
 		xc = crashChain{ch, c}
 	}
-	k := &keeper.Keeper{Config: w.cfg, Ledger: l, Earnings: w.ledger, Stakes: w.e.RPC, Balances: ch, Swap: w.swap, Delivery: keeper.DeliverVaultTransfer}
-	k.Exec = &keeper.Executor{Ledger: l, Chain: xc, Keeper: w.kp, Build: k.Build, PriorityFee: 1000, MaxResends: 2,
+	k := &keeper.Keeper{Config: w.cfg, Ledger: l, Earnings: w.ledger, Stakes: w.e.RPC, Balances: ch, Swap: w.swap,
+		Delivery: keeper.DeliverVaultTransfer, AccountsRPC: w.e.RPC}
+	k.Exec = &keeper.Executor{Ledger: l, Chain: xc, Keeper: w.kp, Build: k.Build, Prepare: k.Prepare, PriorityFee: 1000, MaxResends: 2,
 		Log: slog.New(slog.DiscardHandler)}
 	return k
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/c0mpute/c0mpute/onchain/chain"
 	"github.com/c0mpute/c0mpute/onchain/keeper"
 	"github.com/c0mpute/c0mpute/onchain/pumpswap"
+	"github.com/c0mpute/c0mpute/onchain/stakes"
 )
 
 // Config is the keeper's configuration file (JSON).
@@ -193,7 +194,8 @@ commands:
                                    15:00 UTC treasury split: buyback and burn, staker rewards;
                                    the workers' unpaid earnings in the store, plus N USDC base
                                    units owed elsewhere, are never split
-  allowance [-at YYYY-MM-DD]       00:00 UTC staker free-credit allowance
+  allowance [-at YYYY-MM-DD]       00:00 UTC staker perks (free-credit allowance, stake boost),
+                                   and the keeper's lookup tables brought up to date
   payouts  [-at YYYY-MM-DD]        worker USDC payouts of the earnings in the store (at least $1
                                    owed, to the account's payout wallet), once a day
   requested-payouts [-at TIME]     the same, hourly, for the accounts whose owners asked for a
@@ -269,7 +271,8 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 	if err != nil {
 		return err
 	}
-	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Accounts: st, Stakes: client, Balances: ch, Reserved: reserve}
+	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Accounts: st, Stakes: client, Balances: ch, Reserved: reserve,
+		TableRPC: client, AccountsRPC: client}
 	if cfg.PumpSwapPool != "" {
 		pool, feeBP, err := pumpswap.LoadPool(ctx, client, oc, solana.MustPublicKeyFromBase58(cfg.PumpSwapPool))
 		if err != nil {
@@ -277,7 +280,12 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 		}
 		k.Swap = &pumpswap.Swapper{Pool: pool, Reserves: ch, FeeBasisPoints: feeBP, SlippageBasisPoints: cfg.SlippageBP}
 	}
-	k.Exec = &keeper.Executor{Ledger: st, Chain: ch, Keeper: key, Build: k.Build, PriorityFee: fee, MaxResends: 3, Log: log}
+	k.Exec = &keeper.Executor{Ledger: st, Chain: ch, Keeper: key, Build: k.Build, Prepare: k.Prepare, PriorityFee: fee, MaxResends: 3, Log: log}
+	// The transfers load addresses from the keeper's lookup tables (the
+	// allowance run at 00:00 keeps them up to date).
+	if k.Exec.Tables, err = k.LookupTables(ctx); err != nil {
+		return err
+	}
 	out := json.NewEncoder(stdout)
 	out.SetIndent("", "  ")
 	switch cmd {
@@ -302,7 +310,27 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 		if err != nil {
 			return err
 		}
-		return out.Encode(map[string]any{"allowance": allowance, "stake_boosts": boosts})
+		// Then the lookup tables: every address the day's rewards and
+		// payouts will touch, hours before they run.
+		all, err := stakes.Read(ctx, client, oc)
+		if err != nil {
+			return err
+		}
+		owed, err := st.OwedEarnings(ctx, 1)
+		if err != nil {
+			return err
+		}
+		var payees []solana.PublicKey
+		for _, o := range owed {
+			if pk, err := solana.PublicKeyFromBase58(o.Wallet); err == nil {
+				payees = append(payees, pk)
+			}
+		}
+		tables, err := k.EnsureTables(ctx, k.TableAddresses(all, payees), execute)
+		if err != nil {
+			return err
+		}
+		return out.Encode(map[string]any{"allowance": allowance, "stake_boosts": boosts, "lookup_tables": tables})
 	case "requested-payouts":
 		ts, res, err := k.RequestedPayouts(ctx, now, execute)
 		if err != nil {
