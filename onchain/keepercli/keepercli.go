@@ -274,11 +274,11 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 	k := &keeper.Keeper{Config: oc, Ledger: st, Earnings: st, Accounts: st, Stakes: client, Balances: ch, Reserved: reserve,
 		TableRPC: client, AccountsRPC: client}
 	if cfg.PumpSwapPool != "" {
-		pool, feeBP, err := pumpswap.LoadPool(ctx, client, oc, solana.MustPublicKeyFromBase58(cfg.PumpSwapPool))
+		pool, market, err := pumpswap.LoadPool(ctx, client, oc, solana.MustPublicKeyFromBase58(cfg.PumpSwapPool))
 		if err != nil {
 			return err
 		}
-		k.Swap = &pumpswap.Swapper{Pool: pool, Reserves: ch, FeeBasisPoints: feeBP, SlippageBasisPoints: cfg.SlippageBP}
+		k.Swap = &pumpswap.Swapper{Pool: pool, Market: market, Reserves: ch, SlippageBasisPoints: cfg.SlippageBP}
 	}
 	k.Exec = &keeper.Executor{Ledger: st, Chain: ch, Keeper: key, Build: k.Build, Prepare: k.Prepare, PriorityFee: fee, MaxResends: 3, Log: log}
 	// The transfers load addresses from the keeper's lookup tables (the

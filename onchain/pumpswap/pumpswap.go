@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/big"
 
 	"github.com/gagliardetto/solana-go"
 
@@ -100,9 +99,8 @@ type Reserves interface {
 // and quote is USDC.
 type Swapper struct {
 	Pool     Pool
+	Market   Market
 	Reserves Reserves
-	// FeeBasisPoints is the pool's total fee (LP + protocol + creator).
-	FeeBasisPoints uint64
 	// SlippageBasisPoints is how far below the quoted output the buy may
 	// fill; below it the swap fails on-chain and the keeper falls back.
 	SlippageBasisPoints uint64
@@ -111,19 +109,8 @@ type Swapper struct {
 // ErrEmptyPool means the pool holds no liquidity.
 var ErrEmptyPool = errors.New("pumpswap: pool has no liquidity")
 
-// Quote is the base a buy with quoteIn returns on constant-product
-// reserves after fees, rounded down.
-func Quote(baseReserve, quoteReserve, quoteIn, feeBP uint64) uint64 {
-	// Fees come out of the input: net = quoteIn × 10000 / (10000 + fee).
-	net := new(big.Int).SetUint64(quoteIn)
-	net.Mul(net, big.NewInt(10_000)).Quo(net, new(big.Int).SetUint64(10_000+feeBP))
-	num := new(big.Int).Mul(new(big.Int).SetUint64(baseReserve), net)
-	den := new(big.Int).Add(new(big.Int).SetUint64(quoteReserve), net)
-	return num.Quo(num, den).Uint64()
-}
-
 // BuyZero implements keeper.Swapper: spend at most usdcIn for at least the
-// quote less slippage.
+// SDK's quote at the pool's reserves now, less slippage.
 func (s *Swapper) BuyZero(ctx context.Context, keeper solana.PublicKey, usdcIn uint64) (onchain.Group, error) {
 	base, err := s.Reserves.TokenBalance(ctx, s.Pool.PoolBaseTokenAccount)
 	if err != nil {
@@ -136,7 +123,10 @@ func (s *Swapper) BuyZero(ctx context.Context, keeper solana.PublicKey, usdcIn u
 	if base == 0 || quote == 0 {
 		return onchain.Group{}, ErrEmptyPool
 	}
-	out := Quote(base, quote, usdcIn, s.FeeBasisPoints)
+	out, err := s.Market.Quote(base, quote, usdcIn)
+	if err != nil {
+		return onchain.Group{}, err
+	}
 	out = out * (10_000 - min(s.SlippageBasisPoints, 10_000)) / 10_000
 	if out == 0 {
 		return onchain.Group{}, fmt.Errorf("pumpswap: %d USDC base units buy no ZERO", usdcIn)

@@ -79,16 +79,3 @@ func TestBuyMatchesSDK(t *testing.T) {
 		})
 	}
 }
-
-func TestQuote(t *testing.T) {
-	for _, tc := range []struct{ base, quote, in, fee, want uint64 }{
-		{1_000_000, 1_000_000, 1_000_000, 0, 500_000},
-		{1_000_000, 1_000_000, 1_000_000, 100, 497_512}, // net 990,099
-		{1 << 63, 1 << 63, 1 << 63, 30, 4_604_778_850_152_159_664},
-		{5, 1_000_000, 1, 0, 0},
-	} {
-		if got := pumpswap.Quote(tc.base, tc.quote, tc.in, tc.fee); got != tc.want {
-			t.Errorf("Quote(%d, %d, %d, %d) = %d, want %d", tc.base, tc.quote, tc.in, tc.fee, got, tc.want)
-		}
-	}
-}

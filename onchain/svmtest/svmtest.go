@@ -231,3 +231,25 @@ func PumpBuy(t testing.TB, input any) []Encoded {
 	}
 	return runNode[[]Encoded](t, node, "pumpbuy.mjs", in)
 }
+
+// PumpQuote is the official PumpSwap SDK's quote of a buy (pumpquote.mjs).
+type PumpQuote struct {
+	Base string `json:"base"`
+	Fees struct {
+		LP       string `json:"lp"`
+		Protocol string `json:"protocol"`
+		Creator  string `json:"creator"`
+	} `json:"fees"`
+}
+
+// PumpQuotes quotes buys with the official SDK (see pumpquote.mjs for the
+// input).
+func PumpQuotes(t testing.TB, cases any) []PumpQuote {
+	t.Helper()
+	node := requireNode(t)
+	in, err := json.Marshal(cases)
+	if err != nil {
+		t.Fatalf("svmtest: pumpquote input: %v", err)
+	}
+	return runNode[[]PumpQuote](t, node, "pumpquote.mjs", in)
+}
