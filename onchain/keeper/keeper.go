@@ -255,8 +255,10 @@ type RewardsReport struct {
 // summary is what a sealed run remembers of its plan.
 type summary struct {
 	Remainder uint64 `json:"remainder"`
-	// RevenueSplit is the new CarryRevenueSplit.
+	// RevenueSplit and InflowSplit are the new CarryRevenueSplit and
+	// CarryInflowSplit.
 	RevenueSplit int64   `json:"revenue_split_credits"`
+	InflowSplit  int64   `json:"inflow_split_usdc"`
 	Compound     []Share `json:"compound,omitempty"`
 	CompoundUSDC uint64  `json:"compound_usdc"`
 	BurnPot      uint64  `json:"burn_pot"`
@@ -301,9 +303,15 @@ type Books struct {
 	// the workers' share of free jobs and the credits given away exceed
 	// what paid jobs kept); SplitCredits the part earlier days split.
 	// Revenue, today's split, is what the first exceeds the second by.
-	RevenueCredits int64  `json:"revenue_credits"`
-	SplitCredits   int64  `json:"split_credits"`
-	Revenue        uint64 `json:"revenue"`
+	RevenueCredits int64 `json:"revenue_credits"`
+	SplitCredits   int64 `json:"split_credits"`
+	// Inflows are recorded trading-fee USDC not split yet (RecordInflow);
+	// InflowsTotal all recorded.
+	Inflows      uint64 `json:"inflows"`
+	InflowsTotal uint64 `json:"inflows_total"`
+	// Revenue is today's split: the store's revenue since the last split
+	// plus the inflows.
+	Revenue uint64 `json:"revenue"`
 }
 
 // ReadBooks reads the treasury's balance, the store's money totals, the
@@ -333,6 +341,14 @@ func (k *Keeper) ReadBooks(ctx context.Context, at time.Time) (Books, error) {
 	if err != nil {
 		return Books{}, err
 	}
+	inflows, err := k.Ledger.Carry(ctx, CarryInflowUSDC)
+	if err != nil {
+		return Books{}, err
+	}
+	inflowsSplit, err := k.Ledger.Carry(ctx, CarryInflowSplit)
+	if err != nil {
+		return Books{}, err
+	}
 	b := Books{TreasuryUSDC: bal, CustomerCredits: CreditsToUSDC(max(money.CustomerCredits(), 0)),
 		UnpaidEarnings: unpaid, Reserved: k.Reserved, CarriedRewards: uint64(carry),
 		RevenueCredits: money.Revenue(), SplitCredits: split}
@@ -340,6 +356,11 @@ func (k *Keeper) ReadBooks(ctx context.Context, at time.Time) (Books, error) {
 	if b.RevenueCredits > b.SplitCredits {
 		b.Revenue = CreditsToUSDC(b.RevenueCredits - b.SplitCredits)
 	}
+	b.InflowsTotal = uint64(max(inflows, 0))
+	if inflows > inflowsSplit {
+		b.Inflows = uint64(inflows - inflowsSplit)
+	}
+	b.Revenue += b.Inflows
 	return b, nil
 }
 
@@ -401,7 +422,7 @@ func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (Rewar
 		if !execute {
 			return rep, nil
 		}
-		sum := summary{Remainder: p.Remainder, RevenueSplit: max(b.SplitCredits, b.RevenueCredits),
+		sum := summary{Remainder: p.Remainder, RevenueSplit: max(b.SplitCredits, b.RevenueCredits), InflowSplit: int64(b.InflowsTotal),
 			Compound: p.Compound, CompoundUSDC: p.CompoundUSDC, BurnPot: p.BurnPot}
 		if err := k.seal(ctx, run, rep.Transfers, sum); err != nil {
 			return rep, err
@@ -425,7 +446,8 @@ func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (Rewar
 		if rep.Result, err = k.Exec.Execute(ctx, run); err != nil {
 			return rep, err
 		}
-		carries := map[string]int64{CarryRewardUSDC: int64(sum.Remainder), CarryRevenueSplit: sum.RevenueSplit}
+		carries := map[string]int64{CarryRewardUSDC: int64(sum.Remainder), CarryRevenueSplit: sum.RevenueSplit,
+			CarryInflowSplit: sum.InflowSplit}
 		if err := k.Ledger.FinishRun(ctx, run, carries, k.Exec.now()); err != nil {
 			return rep, err
 		}

@@ -1,6 +1,8 @@
 package keeper_test
 
 import (
+	"github.com/gagliardetto/solana-go"
+
 	"context"
 	"math/big"
 	"slices"
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/keeper"
 	"github.com/c0mpute/c0mpute/onchain/svmtest"
 )
@@ -169,5 +172,53 @@ func TestAllowanceOnSVM(t *testing.T) {
 		if allowances != 1 {
 			t.Errorf("%s has %d allowance entries for %s, want 1", id, allowances, day)
 		}
+	}
+}
+
+// TestInflowsJoinTheSplit: trading-fee USDC moved from the fee source into
+// the treasury is recorded once per transaction and split with the next
+// day's revenue, exactly once; a payment into the treasury from anywhere
+// else (a deposit) is refused, so customers' money is never revenue.
+func TestInflowsJoinTheSplit(t *testing.T) {
+	ctx := context.Background()
+	e := svmtest.NewEnv(t)
+	w := newWorld(t, e, false, false)
+	k := w.keeper(nil)
+	feeWallet, customer := svmtest.NewKey(t), svmtest.NewKey(t)
+	e.Airdrop(t, feeWallet.PublicKey(), 1_000_000_000)
+	e.Airdrop(t, customer.PublicKey(), 1_000_000_000)
+	source := e.MintTo(t, w.cfg.USDCMint, onchain.TokenProgram, feeWallet.PublicKey(), 10_000_000)
+	deposit := e.MintTo(t, w.cfg.USDCMint, onchain.TokenProgram, customer.PublicKey(), 10_000_000)
+	treasury := w.cfg.USDCATA(w.kp.PublicKey())
+	fees := e.Send(t, []solana.PrivateKey{feeWallet},
+		onchain.TransferChecked(onchain.TokenProgram, source, w.cfg.USDCMint, treasury, feeWallet.PublicKey(), 1_500_000, 6))
+	paid := e.Send(t, []solana.PrivateKey{customer},
+		onchain.TransferChecked(onchain.TokenProgram, deposit, w.cfg.USDCMint, treasury, customer.PublicKey(), 2_000_000, 6))
+
+	if _, err := k.RecordInflow(ctx, paid, source, true); err == nil {
+		t.Fatal("a customer's payment into the treasury was recorded as revenue")
+	}
+	for i, want := range []bool{true, false} {
+		in, err := k.RecordInflow(ctx, fees, source, true)
+		if err != nil || in.USDC != 1_500_000 || in.Recorded != want {
+			t.Fatalf("record %d: %+v, %v; want 1500000 recorded %v", i+1, in, err, want)
+		}
+	}
+	rep, err := k.Rewards(ctx, w.at, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Books.Inflows != 1_500_000 || rep.Plan.Split != revenueUSDC+1_500_000 {
+		t.Fatalf("books %+v, split %d; want the inflow in the split", rep.Books, rep.Plan.Split)
+	}
+	if err := w.day(k); err != nil {
+		t.Fatal(err)
+	}
+	next, err := w.keeper(nil).Rewards(ctx, w.at.AddDate(0, 0, 1), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Books.Inflows != 0 || next.Books.InflowsTotal != 1_500_000 {
+		t.Fatalf("the next day's books %+v; want the inflow split once", next.Books)
 	}
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// AllowancePool and AllowanceCapBP: SPEC defaults 5,000 credits, 25%.
 	AllowancePool  int64 `json:"allowance_pool" validate:"gte=0"`
 	AllowanceCapBP int64 `json:"allowance_cap_bp" validate:"gte=0,lte=10000"`
+	// FeeSource is the USDC token account the network's share of ZERO
+	// trading fees is collected in; inflow records what moves from it
+	// into the treasury.
+	FeeSource string `json:"fee_source" validate:"omitempty,pubkey"`
 	// StakeBoostMin is the matured stake, in ZERO base units, whose
 	// payout accounts earn the boosted worker share (SPEC: 500,000 ZERO).
 	StakeBoostMin uint64 `json:"stake_boost_min" validate:"gt=0"`
@@ -200,6 +204,9 @@ commands:
                                    owed, to the account's payout wallet), once a day
   requested-payouts [-at TIME]     the same, hourly, for the accounts whose owners asked for a
                                    payout (POST /v1/payouts); TIME (RFC 3339) names the hour
+  inflow -id SIGNATURE             records the USDC a transaction moved from fee_source (the
+                                   network's share of ZERO trading fees) into the treasury, once;
+                                   the next rewards run splits it with the day's revenue
   payouts  -id ID -owed FILE       explicit USDC payouts; FILE is [{"owner","amount"}] in USDC
                                    base units; the same ID never pays twice
 
@@ -331,6 +338,19 @@ func run(ctx context.Context, cmd, cfgPath string, execute bool, atFlag, id, owe
 			return err
 		}
 		return out.Encode(map[string]any{"allowance": allowance, "stake_boosts": boosts, "lookup_tables": tables})
+	case "inflow":
+		if cfg.FeeSource == "" {
+			return errors.New("inflow: set fee_source in the config: the token account the trading fees are collected in")
+		}
+		sig, err := solana.SignatureFromBase58(id)
+		if err != nil {
+			return fmt.Errorf("inflow: -id must be the transaction's signature: %w", err)
+		}
+		in, err := k.RecordInflow(ctx, sig, solana.MustPublicKeyFromBase58(cfg.FeeSource), execute)
+		if err != nil {
+			return err
+		}
+		return out.Encode(in)
 	case "requested-payouts":
 		ts, res, err := k.RequestedPayouts(ctx, now, execute)
 		if err != nil {
