@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -290,22 +289,8 @@ func (s *Server) setPayoutWallet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req signInRequest
-	if err := decodeSignIn(r, &req); err != nil {
-		return err
-	}
-	msg, sig, pub, err := req.parts()
+	wallet, err := s.provenWallet(r, iss, payoutWalletRefused, "this message was used already; ask for a new challenge")
 	if err != nil {
-		return oaiwire.InvalidRequest("", err.Error())
-	}
-	wallet, nonce, expires, err := iss.Verify(msg, sig, pub, s.now())
-	if err != nil {
-		return payoutWalletRefused(err.Error())
-	}
-	switch err := s.store.UseNonce(r.Context(), "siws:"+nonce, expires); {
-	case errors.Is(err, store.ErrExists):
-		return payoutWalletRefused("this message was used already; ask for a new challenge")
-	case err != nil:
 		return err
 	}
 	if _, err := s.store.SetWallet(r.Context(), account, wallet); err != nil {

@@ -101,22 +101,8 @@ func (s *Server) verifySignIn(w http.ResponseWriter, r *http.Request) error {
 	if s.signIn == nil {
 		return errSignInOff
 	}
-	var req signInRequest
-	if err := decodeSignIn(r, &req); err != nil {
-		return err
-	}
-	msg, sig, pub, err := req.parts()
+	wallet, err := s.provenWallet(r, s.signIn, signInFailed, "this sign-in message was used already; ask for a new challenge")
 	if err != nil {
-		return oaiwire.InvalidRequest("", err.Error())
-	}
-	wallet, nonce, expires, err := s.signIn.Verify(msg, sig, pub, s.now())
-	if err != nil {
-		return signInFailed(err.Error())
-	}
-	switch err := s.store.UseNonce(r.Context(), "siws:"+nonce, expires); {
-	case errors.Is(err, store.ErrExists):
-		return signInFailed("this sign-in message was used already; ask for a new challenge")
-	case err != nil:
 		return err
 	}
 	created := true
@@ -145,6 +131,32 @@ func (s *Server) verifySignIn(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("signed in", "account", wallet, "created", created, "key", id)
 	return writeJSON(w, http.StatusOK, signInJSON{Object: "sign_in", AccountID: wallet, Wallet: wallet, Created: created,
 		APIKey: secret, KeyID: id})
+}
+
+// provenWallet reads a signed Sign-In With Solana message in either form
+// sign-in takes, verifies it against what iss issued, spends its nonce and
+// returns the wallet that signed it; refused makes the error of a message
+// that does not verify or was used already (reused, its text).
+func (s *Server) provenWallet(r *http.Request, iss *siws.Issuer, refused func(string) *oaiwire.Error, reused string) (string, error) {
+	var req signInRequest
+	if err := decodeSignIn(r, &req); err != nil {
+		return "", err
+	}
+	msg, sig, pub, err := req.parts()
+	if err != nil {
+		return "", oaiwire.InvalidRequest("", err.Error())
+	}
+	wallet, nonce, expires, err := iss.Verify(msg, sig, pub, s.now())
+	if err != nil {
+		return "", refused(err.Error())
+	}
+	switch err := s.store.UseNonce(r.Context(), "siws:"+nonce, expires); {
+	case errors.Is(err, store.ErrExists):
+		return "", refused(reused)
+	case err != nil:
+		return "", err
+	}
+	return wallet, nil
 }
 
 func signInFailed(why string) *oaiwire.Error {

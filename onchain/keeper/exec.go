@@ -184,6 +184,19 @@ func keys(ts []store.Transfer) []string {
 	return out
 }
 
+// sign signs tx with the keeper's key, its only signer.
+func (x *Executor) sign(tx *solana.Transaction) error {
+	if _, err := tx.Sign(func(pub solana.PublicKey) *solana.PrivateKey {
+		if pub == x.Keeper.PublicKey() {
+			return &x.Keeper
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("keeper: sign: %w", err)
+	}
+	return nil
+}
+
 // sendAll packs ts (all planned, or all sent under prev) into transactions
 // and sends them one by one.
 func (x *Executor) sendAll(ctx context.Context, ts []store.Transfer, prev string, res *Result) error {
@@ -241,13 +254,8 @@ func (x *Executor) sendBatch(ctx context.Context, ts []store.Transfer, groups []
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Sign(func(pub solana.PublicKey) *solana.PrivateKey {
-			if pub == x.Keeper.PublicKey() {
-				return &x.Keeper
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("keeper: sign: %w", err)
+		if err := x.sign(tx); err != nil {
+			return err
 		}
 		sig := tx.Signatures[0]
 		// The signature is on record before the transaction exists

@@ -195,12 +195,7 @@ func (k *Keeper) sendOwn(ctx context.Context, ix solana.Instruction) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Sign(func(pub solana.PublicKey) *solana.PrivateKey {
-		if pub == x.Keeper.PublicKey() {
-			return &x.Keeper
-		}
-		return nil
-	}); err != nil {
+	if err := x.sign(tx); err != nil {
 		return err
 	}
 	sig, err := x.Chain.Send(ctx, tx)

@@ -121,25 +121,11 @@ func (s *Store) AccountsPaidTo(ctx context.Context, wallet string) ([]store.Acco
 	fail := func(err error) ([]store.Account, error) {
 		return nil, fmt.Errorf("dynamo: accounts paid to %s: %w", wallet, err)
 	}
-	ids := []string{wallet}
-	err := s.query(ctx, &dynamodb.QueryInput{
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  names(schema.PK),
-		ExpressionAttributeValues: values{":pk": str(pPaidTo + wallet)},
-		ConsistentRead:            aws.Bool(true),
-	}, func(item map[string]types.AttributeValue) error {
-		var it struct {
-			Account string `dynamodbav:"account"`
-		}
-		if err := unmarshal(item, &it); err != nil {
-			return err
-		}
-		ids = append(ids, it.Account)
-		return nil
-	})
+	listed, err := s.listedAccounts(ctx, pPaidTo+wallet)
 	if err != nil {
 		return fail(err)
 	}
+	ids := append(listed, wallet)
 	slices.Sort(ids)
 	var out []store.Account
 	for _, id := range slices.Compact(ids) {
@@ -155,6 +141,29 @@ func (s *Store) AccountsPaidTo(ctx context.Context, wallet string) ([]store.Acco
 		}
 	}
 	return out, nil
+}
+
+// listedAccounts reads a partition of items that each name an account (its
+// "account" attribute): the accounts under a payout wallet, or given a
+// day's allowance.
+func (s *Store) listedAccounts(ctx context.Context, pk string) ([]string, error) {
+	out := []string{}
+	err := s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  names(schema.PK),
+		ExpressionAttributeValues: values{":pk": str(pk)},
+		ConsistentRead:            aws.Bool(true),
+	}, func(item map[string]types.AttributeValue) error {
+		var it struct {
+			Account string `dynamodbav:"account"`
+		}
+		if err := unmarshal(item, &it); err != nil {
+			return err
+		}
+		out = append(out, it.Account)
+		return nil
+	})
+	return out, err
 }
 
 // SetStakeBoost implements store.Store.

@@ -607,22 +607,7 @@ func (s *Store) SetDailyAllowance(ctx context.Context, accountID, day string, cr
 
 // AllowanceAccounts implements store.Ledger: one query of the day's list.
 func (s *Store) AllowanceAccounts(ctx context.Context, day string) ([]string, error) {
-	out := []string{}
-	err := s.query(ctx, &dynamodb.QueryInput{
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  names(schema.PK),
-		ExpressionAttributeValues: values{":pk": str(pAllowDay + day)},
-		ConsistentRead:            aws.Bool(true),
-	}, func(item map[string]types.AttributeValue) error {
-		var it struct {
-			Account string `dynamodbav:"account"`
-		}
-		if err := unmarshal(item, &it); err != nil {
-			return err
-		}
-		out = append(out, it.Account)
-		return nil
-	})
+	out, err := s.listedAccounts(ctx, pAllowDay+day)
 	if err != nil {
 		return nil, fmt.Errorf("dynamo: allowance accounts of %s: %w", day, err)
 	}
