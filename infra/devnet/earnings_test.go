@@ -13,6 +13,7 @@ import (
 	"github.com/gagliardetto/solana-go"
 	"github.com/mr-tron/base58"
 
+	"github.com/c0mpute/c0mpute/clients/zerostaking"
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/siws"
@@ -53,37 +54,27 @@ func signAs(key solana.PrivateKey, in siws.Input) (msg, sig []byte) {
 	return msg, ed25519.Sign(ed25519.PrivateKey(key), msg)
 }
 
-// TestEarningsPaidToProvenWallet: a contributor's workers earn through
-// real jobs — the boosted 80% while the account's stake boost lasts — the
-// account proves a payout wallet by signing with it, GET /v1/earnings
-// shows all of it, and the keeper's payout lands exactly the earnings in
-// USDC in that wallet on a real chain, once however often it runs; the
-// ledger row carries the payout's signature. Proofs made for another
-// account, replayed, or of another kind set nothing.
+// TestEarningsPaidToProvenWallet: a contributor's account proves a payout
+// wallet by signing with it; that wallet's matured stake on the chain earns
+// the account the stake boost from the keeper's daily run, so its worker
+// earns 80% of real jobs; GET /v1/earnings shows all of it, and the
+// keeper's scheduled payout, then a payout the owner asks for, land exactly
+// the earnings in USDC in that wallet on a real chain, once however often
+// they run; the ledger rows carry the payouts' signatures. Proofs made for
+// another account, replayed, or of another kind set nothing.
 func TestEarningsPaidToProvenWallet(t *testing.T) {
 	ctx := context.Background()
 	chain := svmtest.NewEnv(t)
 	e := newEnv(t, envOptions{credits: 1000, models: []catalog.Model{{ID: tinyModel, Price: 100}}})
 	now := time.Now()
-	if err := e.store.SetStakeBoost(ctx, e.account, now.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	e.ollamaWorker()
-	for range 2 {
-		if _, err := e.client.Chat.Completions.New(ctx, chatParams("hello", 3)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var got earningsAnswer
 	if code := e.call(http.MethodGet, "/earnings", e.apiKey, &got); code != http.StatusOK {
 		t.Fatalf("GET /v1/earnings: %d", code)
 	}
-	// 80% of two jobs of 100 credits; no wallet yet, so nothing is paid.
-	if got.Earned != 160 || got.Pending != 160 || got.Paid != 0 || got.WorkerSharePercent != 80 || !got.StakeBoost.Active ||
-		got.StakeBoost.SharePercent != 80 || got.PayoutWallet != "" || got.NextPayout.Reason != "no_payout_wallet" ||
-		got.NextPayout.At <= now.Unix() || got.NextPayout.At > now.Add(24*time.Hour).Unix() || got.MinimumPayout != 100 ||
-		len(got.Workers) != 1 || got.Workers[0].Earned != 160 || got.Workers[0].JobsCompleted != 2 {
-		t.Fatalf("earnings %+v", got)
+	if got.Earned != 0 || got.PayoutWallet != "" || got.NextPayout.Reason != "no_payout_wallet" || got.WorkerSharePercent != 70 ||
+		got.StakeBoost.Active || got.StakeBoost.SharePercent != 80 || got.MinimumPayout != 100 ||
+		got.NextPayout.At <= now.Unix() || got.NextPayout.At > now.Add(24*time.Hour).Unix() {
+		t.Fatalf("earnings of a new account %+v", got)
 	}
 
 	// The payout wallet: a Solana key that signs the account's challenge.
@@ -139,16 +130,38 @@ func TestEarningsPaidToProvenWallet(t *testing.T) {
 	if a, _ := e.store.GetAccount(ctx, signedIn.AccountID); a.Wallet != alice.addr {
 		t.Errorf("alice's payout wallet %q, want her own", a.Wallet)
 	}
+	// The payout wallet holds 600,000 ZERO of matured stake on the chain:
+	// the keeper's daily run boosts the accounts paid to it.
+	k := &keeper.Keeper{Config: chain.Config, Ledger: e.store, Earnings: e.store, Accounts: e.store, Stakes: chain.RPC, Balances: chain.Chain}
+	k.Exec = &keeper.Executor{Ledger: e.store, Chain: chain.Chain, Keeper: chain.Treasury, Build: k.Build, PriorityFee: 1000,
+		MaxResends: 2, Log: slog.New(slog.DiscardHandler)}
+	stake := zerostaking.StakeAccount{Owner: payee.PublicKey(), Bump: 255, Total: 600_000_000_000,
+		Deposits: []zerostaking.Deposit{{Amount: 600_000_000_000, Time: now.Add(-48 * time.Hour).Unix()}}}
+	data, err := stake.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain.SetAccount(t, chain.Config.StakePDA(payee.PublicKey()), chain.Config.StakingProgram, append(zerostaking.Account_StakeAccount[:], data...))
+	if boosts, err := k.StakeBoosts(ctx, now, keeper.DefaultBoostMin, true); err != nil || len(boosts) != 1 || boosts[0].Account != e.account {
+		t.Fatalf("boosts %+v, %v; want this account's", boosts, err)
+	}
+
+	// The account's worker serves two jobs of 100 credits: 80% each.
+	e.ollamaWorker()
+	for range 2 {
+		if _, err := e.client.Chat.Completions.New(ctx, chatParams("hello", 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	got = earningsAnswer{}
 	e.call(http.MethodGet, "/earnings", e.apiKey, &got)
-	if got.PayoutWallet != payee.PublicKey().String() || got.NextPayout.Credits != 160 || got.NextPayout.Reason != "" {
-		t.Fatalf("earnings with a wallet: %+v", got)
+	if got.Earned != 160 || got.Pending != 160 || got.Paid != 0 || got.WorkerSharePercent != 80 || !got.StakeBoost.Active ||
+		got.PayoutWallet != payee.PublicKey().String() || got.NextPayout.Credits != 160 || got.NextPayout.Reason != "" ||
+		len(got.Workers) != 1 || got.Workers[0].Earned != 160 || got.Workers[0].JobsCompleted != 2 {
+		t.Fatalf("earnings %+v", got)
 	}
 
 	// The keeper pays it from the treasury, on the chain, once.
-	k := &keeper.Keeper{Config: chain.Config, Ledger: e.store, Earnings: e.store, Stakes: chain.RPC, Balances: chain.Chain}
-	k.Exec = &keeper.Executor{Ledger: e.store, Chain: chain.Chain, Keeper: chain.Treasury, Build: k.Build, PriorityFee: 1000,
-		MaxResends: 2, Log: slog.New(slog.DiscardHandler)}
 	chain.MintTo(t, chain.Config.USDCMint, onchain.TokenProgram, chain.Treasury.PublicKey(), 5_000_000)
 	for range 2 {
 		ts, _, err := k.EarningsPayouts(ctx, now, true)
