@@ -14,7 +14,9 @@ type WorkerView struct {
 	// ID is the worker's identity pubkey (base58).
 	ID string `json:"id"`
 	// TokenID is the public id of the worker token it last connected
-	// with; Wallet is where its earnings are paid.
+	// with; Wallet is its identity's Solana address (the ID again, kept
+	// for clients that read it). Earnings are not paid there but to the
+	// account's payout wallet (GET /v1/earnings).
 	TokenID string `json:"token_id"`
 	Wallet  string `json:"wallet"`
 	// AccountID is shown to the operator only.
