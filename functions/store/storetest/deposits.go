@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"slices"
@@ -382,6 +383,14 @@ var depositTests = []test{
 			t.Errorf("account credits %d, deposited %d; want 300, 300", a.Credits, a.TotalDeposited)
 		}
 		sameEntries(t, "entries", f.checkSums("a"), []store.Entry{depositEntry("a", "sig1", 3_000_000, at(10))})
+		// The money totals count the deposit once too.
+		if m, ok := f.s.(interface {
+			MoneyTotals(context.Context) (store.Money, error)
+		}); ok {
+			if money, err := m.MoneyTotals(f.ctx); err != nil || money != (store.Money{Deposited: 300}) {
+				t.Errorf("money totals %+v, %v; want 300 deposited", money, err)
+			}
+		}
 	}},
 	{"ConcurrentSignatures", func(t *testing.T, f *fixture) {
 		f.account("a", 0, 0)
