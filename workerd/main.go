@@ -3,7 +3,8 @@
 // built-in GGUF engine) to the network over the relay and serves jobs for
 // USDC.
 //
-//	workerd init                             create the identity keypair
+//	workerd init [--home DIR] [--key-file FILE] [FILE]
+//	                                         create the identity keypair
 //	workerd [run] [flags]                    connect and serve until SIGINT/SIGTERM
 //	workerd shard plan|accept|verify|sign    sharded-ring tools (functions/shard/README.md)
 //	workerd version
@@ -12,7 +13,9 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -96,14 +99,42 @@ func run(args []string) error {
 	return err
 }
 
+// initUsage is `workerd init --help`.
+const initUsage = `usage: workerd init [--home DIR] [--key-file FILE] [FILE]
+
+Creates the worker's identity keypair (a Solana keypair file) at FILE, or
+--key-file, or $C0MPUTE_WORKER_KEY, or DIR/worker-key.json (DIR: --home,
+$C0MPUTE_HOME, or ~/.c0mpute). An existing file is kept, never overwritten.
+`
+
 func initKey(args []string) error {
-	home := os.Getenv(config.EnvHome)
+	fs := flag.NewFlagSet("workerd init", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	homeFlag := fs.String("home", "", "")
+	keyFlag := fs.String("key-file", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(initUsage)
+			return nil
+		}
+		return fmt.Errorf("init: %v\n%s", err, initUsage)
+	}
+	if fs.NArg() > 1 {
+		return fmt.Errorf("init: one key file at most, not %q\n%s", fs.Args(), initUsage)
+	}
+	home := *homeFlag
+	if home == "" {
+		home = os.Getenv(config.EnvHome)
+	}
 	if home == "" {
 		home = config.DefaultHome()
 	}
-	path := os.Getenv(config.EnvKeyFile)
-	if len(args) > 0 {
-		path = args[0]
+	path := *keyFlag
+	if path == "" {
+		path = os.Getenv(config.EnvKeyFile)
+	}
+	if fs.NArg() == 1 {
+		path = fs.Arg(0)
 	}
 	if path == "" {
 		path = filepath.Join(home, "worker-key.json")

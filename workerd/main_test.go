@@ -82,6 +82,30 @@ func TestInit(t *testing.T) {
 	if _, err := identity.Load(other); err != nil {
 		t.Error(err)
 	}
+	// --home and --key-file are flags, not file names.
+	flagHome := t.TempDir()
+	if _, err := capture(t, func() error { return run([]string{"init", "--home", flagHome}) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := identity.Load(filepath.Join(flagHome, "worker-key.json")); err != nil {
+		t.Errorf("init --home: %v", err)
+	}
+	if _, err := os.Stat("--home"); err == nil {
+		t.Error("init made a file named --home")
+	}
+	keyFile := filepath.Join(t.TempDir(), "k.json")
+	if _, err := capture(t, func() error { return run([]string{"init", "--key-file", keyFile}) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := identity.Load(keyFile); err != nil {
+		t.Errorf("init --key-file: %v", err)
+	}
+	if out, err := capture(t, func() error { return run([]string{"init", "--help"}) }); err != nil || !strings.Contains(out, "usage: workerd init") {
+		t.Errorf("init --help: %q, %v", out, err)
+	}
+	if _, err := capture(t, func() error { return run([]string{"init", "--bogus"}) }); err == nil || !strings.Contains(err.Error(), "usage: workerd init") {
+		t.Errorf("init --bogus: %v; want the usage", err)
+	}
 	// An unreadable existing file is an error, not a silent success.
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	if err := os.WriteFile(bad, []byte("junk"), 0o600); err != nil {
