@@ -109,20 +109,17 @@ func isOneOf(k solana.PublicKey, set []solana.PublicKey) bool {
 	return false
 }
 
-// u128 is a fee tier's threshold as a big integer.
-func u128(v interface{ BigInt() *big.Int }) *big.Int { return v.BigInt() }
-
 // feeTier is calculateFeeTier: the first tier below the first threshold,
 // else the highest tier whose threshold the market cap reaches.
 func feeTier(tiers []pumpamm.FeeTier, marketCap *big.Int) (pumpamm.Fees, error) {
 	if len(tiers) == 0 {
 		return pumpamm.Fees{}, errors.New("pumpswap: the fee config lists no fee tiers")
 	}
-	if marketCap.Cmp(u128(tiers[0].MarketCapLamportsThreshold)) < 0 {
+	if marketCap.Cmp(tiers[0].MarketCapLamportsThreshold.BigInt()) < 0 {
 		return tiers[0].Fees, nil
 	}
 	for i := len(tiers) - 1; i >= 0; i-- {
-		if marketCap.Cmp(u128(tiers[i].MarketCapLamportsThreshold)) >= 0 {
+		if marketCap.Cmp(tiers[i].MarketCapLamportsThreshold.BigInt()) >= 0 {
 			return tiers[i].Fees, nil
 		}
 	}
