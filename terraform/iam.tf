@@ -46,8 +46,9 @@ data "aws_iam_policy_document" "api" {
     resources = ["${aws_cloudwatch_log_group.api.arn}:*"]
   }
   # The store: GetItem, PutItem, UpdateItem, DeleteItem, Query and
-  # BatchGetItem directly; TransactWriteItems is authorised per item as
-  # PutItem, UpdateItem, DeleteItem and ConditionCheckItem.
+  # BatchGetItem (the stats counters) directly; TransactWriteItems is
+  # authorised per item as PutItem, UpdateItem, DeleteItem and
+  # ConditionCheckItem. Nothing the functions call scans.
   statement {
     sid = "Table"
     actions = [
@@ -60,12 +61,6 @@ data "aws_iam_policy_document" "api" {
       "dynamodb:UpdateItem",
     ]
     resources = [aws_dynamodb_table.main.arn, local.index_arn]
-  }
-  # Stats (GET /v1/stats) scans the sparse index only.
-  statement {
-    sid       = "IndexScan"
-    actions   = ["dynamodb:Scan"]
-    resources = [local.index_arn]
   }
   statement {
     sid       = "Connections"
@@ -81,6 +76,11 @@ data "aws_iam_policy_document" "api" {
     sid       = "FeePayerSecret"
     actions   = ["secretsmanager:GetSecretValue"]
     resources = [aws_secretsmanager_secret.x402_fee_payer.arn]
+  }
+  statement {
+    sid       = "RPCURLSecret"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [aws_secretsmanager_secret.rpc_url.arn]
   }
 }
 
@@ -106,11 +106,12 @@ data "aws_iam_policy_document" "relay" {
     ]
     resources = ["${aws_cloudwatch_log_group.relay.arn}:*"]
   }
-  # As the API's, without BatchGetItem and Scan: only Stats uses them,
-  # and the relay never serves stats.
+  # As the API's: the relay reads the stats counters (BatchGetItem) for
+  # its queue and worker gauges.
   statement {
     sid = "Table"
     actions = [
+      "dynamodb:BatchGetItem",
       "dynamodb:ConditionCheckItem",
       "dynamodb:DeleteItem",
       "dynamodb:GetItem",
@@ -155,9 +156,16 @@ data "aws_iam_policy_document" "keeper" {
     resources = ["${aws_cloudwatch_log_group.keeper.arn}:*"]
   }
   statement {
-    sid       = "KeeperKey"
+    sid       = "Secrets"
     actions   = ["secretsmanager:GetSecretValue"]
-    resources = [aws_secretsmanager_secret.keeper_key.arn]
+    resources = [aws_secretsmanager_secret.keeper_key.arn, aws_secretsmanager_secret.rpc_url.arn]
+  }
+  # Lambda delivers a run that failed every retry to the on-failure
+  # destination with the function's own role (scheduler.tf).
+  statement {
+    sid       = "FailureDestination"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.keeper_failures.arn]
   }
   # The keeper's ledger (store.Ledger) in the gateway's table, and the
   # daily allowance it sets on accounts; it never scans.

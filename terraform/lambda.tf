@@ -15,6 +15,9 @@ locals {
   # The catalog as the functions read it (C0MPUTE_CATALOG): the JSON array,
   # or empty for the code's default line-up.
   catalog = length(var.catalog) == 0 ? "" : jsonencode(var.catalog)
+  # The functions' own metrics (functions/metrics, embedded metric format
+  # in their logs) land in this CloudWatch namespace.
+  metrics_namespace = "c0mpute/${var.name}"
 }
 
 resource "aws_cloudwatch_log_group" "api" {
@@ -61,16 +64,17 @@ resource "aws_lambda_function" "api" {
       C0MPUTE_RELAY_URL               = local.relay_url
       C0MPUTE_LISTENER_SECRET_ARN     = aws_secretsmanager_secret.listener.arn
       C0MPUTE_LOG_LEVEL               = var.log_level
-      C0MPUTE_RATE_PER_MINUTE         = tostring(var.rate_per_minute)
-      C0MPUTE_ACCOUNT_RATE_PER_MINUTE = tostring(var.account_rate_per_minute)
-      C0MPUTE_WORKER_SHARE_PERCENT    = tostring(var.worker_share_percent)
-      C0MPUTE_MAX_TOKENS_PER_SECOND   = tostring(var.max_tokens_per_second)
-      C0MPUTE_CANARY_EVERY_SECONDS    = tostring(var.canary_every_seconds)
+      C0MPUTE_RATE_PER_MINUTE         = var.rate_per_minute == null ? "" : tostring(var.rate_per_minute)
+      C0MPUTE_ACCOUNT_RATE_PER_MINUTE = var.account_rate_per_minute == null ? "" : tostring(var.account_rate_per_minute)
+      C0MPUTE_WORKER_SHARE_PERCENT    = var.worker_share_percent == null ? "" : tostring(var.worker_share_percent)
+      C0MPUTE_MAX_TOKENS_PER_SECOND   = var.max_tokens_per_second == null ? "" : tostring(var.max_tokens_per_second)
+      C0MPUTE_CANARY_EVERY_SECONDS    = var.canary_every_seconds == null ? "" : tostring(var.canary_every_seconds)
       C0MPUTE_SIGNIN_DOMAIN           = var.signin_domain
       C0MPUTE_SIGNIN_CHAIN            = var.signin_chain
       C0MPUTE_CORS_ORIGINS            = join(",", var.cors_origins)
       C0MPUTE_CATALOG                 = local.catalog
-      C0MPUTE_RPC_URL                 = var.keeper_config.rpc_url
+      C0MPUTE_RPC_URL_ARN             = aws_secretsmanager_secret.rpc_url.arn
+      C0MPUTE_METRICS_NAMESPACE       = local.metrics_namespace
       C0MPUTE_USDC_MINT               = var.keeper_config.usdc_mint
       C0MPUTE_TREASURY                = var.treasury
       C0MPUTE_STAKING_PROGRAM         = var.keeper_config.staking_program
@@ -148,6 +152,7 @@ resource "aws_lambda_function" "relay" {
       C0MPUTE_BATCH_WINDOW_MS     = tostring(var.batch_window_ms)
       C0MPUTE_LOG_LEVEL           = var.log_level
       C0MPUTE_CATALOG             = local.catalog
+      C0MPUTE_METRICS_NAMESPACE   = local.metrics_namespace
     }
   }
 
@@ -171,21 +176,25 @@ resource "aws_lambda_function" "keeper" {
 
   # Signing and RPC calls: light. 256 MB.
   memory_size = 256
-  # A run sends its transactions one by one and waits for each to confirm
-  # (seconds each, resends while a blockhash expires): 5 minutes covers a
-  # busy day; a run cut short resumes from the ledger on the next attempt.
-  timeout = 300
+  # A run keeps many transactions in flight and confirms them together;
+  # it stops sending 15 s before this limit (keeperfn.Handler.Reserve),
+  # and a run cut short fails as "incomplete" and resumes from the ledger
+  # on Lambda's retry. 15 minutes is Lambda's most: a 10,000-staker day
+  # needs a fraction of it (README, keeper).
+  timeout = 900
   # One run at a time: two concurrent runs of one job would race on the
   # ledger and the treasury's balance.
   reserved_concurrent_executions = 1
 
   environment {
     variables = {
-      C0MPUTE_DYNAMODB_TABLE = aws_dynamodb_table.main.name
-      C0MPUTE_KEEPER_CONFIG  = jsonencode(var.keeper_config)
-      C0MPUTE_KEEPER_KEY_ARN = aws_secretsmanager_secret.keeper_key.arn
-      C0MPUTE_KEEPER_EXECUTE = tostring(var.keeper_execute)
-      C0MPUTE_LOG_LEVEL      = var.log_level
+      C0MPUTE_DYNAMODB_TABLE    = aws_dynamodb_table.main.name
+      C0MPUTE_KEEPER_CONFIG     = jsonencode(var.keeper_config)
+      C0MPUTE_KEEPER_KEY_ARN    = aws_secretsmanager_secret.keeper_key.arn
+      C0MPUTE_RPC_URL_ARN       = aws_secretsmanager_secret.rpc_url.arn
+      C0MPUTE_KEEPER_EXECUTE    = tostring(var.keeper_execute)
+      C0MPUTE_LOG_LEVEL         = var.log_level
+      C0MPUTE_METRICS_NAMESPACE = local.metrics_namespace
     }
   }
 
@@ -195,4 +204,27 @@ resource "aws_lambda_function" "keeper" {
   }
 
   depends_on = [aws_iam_role_policy.keeper]
+}
+
+# Scheduler invokes the keeper asynchronously: its retry policy and
+# dead-letter queue cover delivery only. What happens to a run that
+# errors is set here: Lambda retries it twice (each retry resumes from the
+# ledger), then delivers the event and the error to the failure queue,
+# which alarms (alarms.tf).
+resource "aws_lambda_function_event_invoke_config" "keeper" {
+  function_name                = aws_lambda_function.keeper.function_name
+  maximum_retry_attempts       = 2
+  maximum_event_age_in_seconds = 21600
+
+  destination_config {
+    on_failure {
+      destination = aws_sqs_queue.keeper_failures.arn
+    }
+  }
+}
+
+resource "aws_sqs_queue" "keeper_failures" {
+  name                      = "${var.name}-keeper-failures"
+  message_retention_seconds = 1209600 # 14 days, SQS's most
+  sqs_managed_sse_enabled   = true
 }

@@ -32,3 +32,23 @@ output "keeper_dead_letter_queue" {
   description = "Scheduled keeper runs that failed every retry."
   value       = aws_sqs_queue.keeper_dlq.url
 }
+
+output "keeper_failure_queue" {
+  description = "Keeper runs that failed every retry: each message holds the event and the error (README, Alarms, keeper-failures)."
+  value       = aws_sqs_queue.keeper_failures.url
+}
+
+output "rpc_url_secret_arn" {
+  description = "Put the Solana JSON-RPC URL into this secret before the functions first start (README, first apply)."
+  value       = aws_secretsmanager_secret.rpc_url.arn
+}
+
+output "alarm_topic_arn" {
+  description = "The SNS topic every alarm notifies: subscribe to it (aws sns subscribe --topic-arn … --protocol email --notification-endpoint you@example.com)."
+  value       = local.alarm_topic
+}
+
+output "dashboard_url" {
+  description = "The network's CloudWatch dashboard."
+  value       = "https://${var.region}.console.aws.amazon.com/cloudwatch/home?region=${var.region}#dashboards/dashboard/${aws_cloudwatch_dashboard.main.dashboard_name}"
+}

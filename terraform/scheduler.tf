@@ -42,10 +42,15 @@ resource "aws_scheduler_schedule" "keeper" {
       scheduled_time = "<aws.scheduler.scheduled-time>"
       execution_id   = "<aws.scheduler.execution-id>"
       attempt        = "<aws.scheduler.attempt-number>"
+      # Scheduled runs ask to execute; they do only where keeper_execute
+      # is true. A manual invoke without it is a dry run.
+      execute = true
     })
 
-    # A failed run is safe to repeat (the ledger resumes it); after the
-    # retries it lands in the dead-letter queue, which alarms.
+    # These cover delivering the event to Lambda (throttled, the function
+    # missing); a run that starts and fails is retried by Lambda and then
+    # goes to the keeper's failure destination (lambda.tf). Both queues
+    # alarm.
     retry_policy {
       maximum_event_age_in_seconds = 3600
       maximum_retry_attempts       = 3

@@ -39,3 +39,17 @@ resource "aws_secretsmanager_secret" "x402_fee_payer" {
   description             = "c0mpute: the x402 top-ups' fee payer, a Solana keypair (JSON array of 64 bytes or base58)."
   recovery_window_in_days = 30
 }
+
+# The Solana JSON-RPC URL the API and the keeper call. Paid endpoints carry
+# their key in the URL, so it is a secret: Terraform creates it empty and
+# never sees it (not in tfvars, state or any function's environment); put
+# it in with
+#   aws secretsmanager put-secret-value --secret-id <rpc_url_secret_arn> \
+#     --secret-string 'https://…'
+# before the functions first start (README: first apply). A function that
+# starts while it is empty fails its cold start saying so.
+resource "aws_secretsmanager_secret" "rpc_url" {
+  name                    = "${var.name}/rpc-url"
+  description             = "c0mpute: the Solana JSON-RPC URL (with its API key, if any) the API and keeper call."
+  recovery_window_in_days = 7
+}

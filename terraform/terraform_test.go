@@ -3,6 +3,7 @@ package terraform
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -26,6 +27,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/cmd/keeper/keeperfn"
 	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
+	"github.com/c0mpute/c0mpute/functions/metrics"
 	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 	"github.com/c0mpute/c0mpute/infra/lambdabuild"
 	"github.com/c0mpute/c0mpute/infra/schema"
@@ -420,9 +422,11 @@ func (fakeSecrets) GetSecretValue(context.Context, *secretsmanager.GetSecretValu
 }
 
 // testOnly are variables the code reads that Terraform must not set:
-// DynamoDB Local's endpoint, secrets from files, and the keeper's
+// DynamoDB Local's endpoint, secrets from files or given plainly (the RPC
+// URL, which as deployed comes from its secret), and the keeper's
 // persistent ledger (EFS, not provisioned yet; see keeperfn).
-var testOnly = []string{lambdaenv.EnvDynamoEndpoint, lambdaenv.EnvListenerFile, lambdaenv.EnvX402FeePayerFile, keeperfn.EnvKeyFile, keeperfn.EnvLedger}
+var testOnly = []string{lambdaenv.EnvDynamoEndpoint, lambdaenv.EnvListenerFile, lambdaenv.EnvX402FeePayerFile, keeperfn.EnvKeyFile, keeperfn.EnvLedger,
+	lambdaenv.EnvRPCURL}
 
 func readsOf(t *testing.T, fn string) []string {
 	t.Helper()
@@ -442,12 +446,20 @@ func readsOf(t *testing.T, fn string) []string {
 	case "relay":
 		_, err = lambdaenv.LoadRelay(ctx, r.get, fakeSecrets{})
 	case "keeper":
-		_, err = keeperfn.Load(r.get)
+		_, err = keeperfn.Load(ctx, r.get, fakeSecrets{})
 	default:
 		t.Fatalf("function %q: add how its configuration is loaded to readsOf", fn)
 	}
 	if err != nil {
 		t.Fatalf("%s: load: %v", fn, err)
+	}
+	// The metrics' namespace is read where the main builds its emitter.
+	main, err := os.ReadFile(filepath.Join("..", "functions", "cmd", fn, "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(main, []byte("metrics.FromEnv(")) {
+		r.asked[metrics.EnvNamespace] = true
 	}
 	return r.names()
 }
@@ -495,9 +507,14 @@ var actions = map[string][]string{
 	"apigatewaymanagementapi.DeleteConnection":   {"execute-api:ManageConnections"},
 	"secretsmanager.GetSecretValue":              {"secretsmanager:GetSecretValue"},
 	"cloudwatchlogs.PutLogEvents (Lambda agent)": {"logs:CreateLogStream", "logs:PutLogEvents"},
+	failureDestination:                           {"sqs:SendMessage"},
 }
 
 const logs = "cloudwatchlogs.PutLogEvents (Lambda agent)"
+
+// failureDestination is Lambda delivering a keeper run that failed every
+// retry to its on-failure queue, with the function's role.
+const failureDestination = "sqs.SendMessage (Lambda on-failure destination)"
 
 func methods[T any](service string) []string {
 	it := reflect.TypeFor[T]()
@@ -509,29 +526,27 @@ func methods[T any](service string) []string {
 }
 
 // calls is what each function's code calls, from the interfaces it is
-// built on. The relay's store never serves Stats, the only user of Scan
-// and BatchGetItem (functions/store/dynamo/stats.go); ResetConnections
-// also scans but only the dev runner calls it. The keeper's ledger uses the
-// store without Scan. The keeper reads its key
+// built on. Only ResetConnections scans (functions/store/dynamo), and only
+// the dev runner calls it: no function's store scans. Stats reads the
+// counters with BatchGetItem, for the API's /v1/stats and both functions'
+// gauges. The keeper reads its key
 // with keepercli.AWSSecrets from Secrets Manager (Terraform uses no ssm:
 // reference).
 func calls() map[string][]string {
 	store := methods[dynamo.Client]("dynamodb")
 	conns := methods[connections.API]("apigatewaymanagementapi")
 	secrets := methods[lambdaenv.SecretsClient]("secretsmanager")
-	var relayStore, ledger []string
+	var noScan []string
 	for _, m := range store {
-		if m != "dynamodb.Scan" && m != "dynamodb.BatchGetItem" {
-			relayStore = append(relayStore, m)
-		}
-		if m != "dynamodb.Scan" { // the ledger (functions/store/dynamo/ledger.go) never scans
-			ledger = append(ledger, m)
+		if m != "dynamodb.Scan" {
+			noScan = append(noScan, m)
 		}
 	}
+	ledger := noScan // the ledger (functions/store/dynamo/ledger.go) never scans
 	return map[string][]string{
-		"api":    slices.Concat(store, conns, secrets, []string{logs}),
-		"relay":  slices.Concat(relayStore, conns, secrets, []string{logs}),
-		"keeper": slices.Concat(ledger, []string{"secretsmanager.GetSecretValue", logs}),
+		"api":    slices.Concat(noScan, conns, secrets, []string{logs}),
+		"relay":  slices.Concat(noScan, conns, secrets, []string{logs}),
+		"keeper": slices.Concat(ledger, []string{"secretsmanager.GetSecretValue", logs, failureDestination}),
 	}
 }
 
@@ -651,6 +666,36 @@ func TestSchedules(t *testing.T) {
 	tg := child(t, s, "target")
 	if r := refs(t, tg, "arn"); !slices.Equal(r, []string{"aws_lambda_function.keeper.arn"}) {
 		t.Errorf("schedule target %v", r)
+	}
+	// Scheduled runs ask to execute (a manual invoke is a dry run), and
+	// their input is an event keeperfn decodes, unknown fields refused.
+	input, ok := tg.Body.Attributes["input"].Expr.(*hclsyntax.FunctionCallExpr)
+	if !ok || input.Name != "jsonencode" || len(input.Args) != 1 {
+		t.Fatal("schedule input is not jsonencode({...})")
+	}
+	obj, ok := input.Args[0].(*hclsyntax.ObjectConsExpr)
+	if !ok {
+		t.Fatal("schedule input is not an object")
+	}
+	ev := map[string]any{}
+	for _, it := range obj.Items {
+		k, _ := it.KeyExpr.Value(nil)
+		v, d := it.ValueExpr.Value(nil)
+		if d.HasErrors() {
+			v = cty.StringVal("each.key") // the job's name
+		}
+		switch v.Type() {
+		case cty.Bool:
+			ev[k.AsString()] = v.True()
+		default:
+			ev[k.AsString()] = "2026-11-29T00:00:00Z"
+		}
+	}
+	ev["job"] = keeperfn.JobRewards
+	b, _ := json.Marshal(ev)
+	var e keeperfn.Event
+	if err := json.Unmarshal(b, &e); err != nil || !e.Execute {
+		t.Errorf("schedule input %s: %v (execute %v), want an event asking to execute", b, err, e.Execute)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/cors"
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/listener"
+	"github.com/c0mpute/c0mpute/functions/metrics"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/siws"
@@ -53,6 +54,8 @@ type Store interface {
 	Reputations(ctx context.Context, accountID string) ([]store.Reputation, error)
 	DeleteWorker(ctx context.Context, conn string) (store.Worker, error)
 	Workers(ctx context.Context) ([]store.Worker, error)
+	// Stats serves /v1/stats, /v1/models' availability and the
+	// network gauges, through a cache of a few seconds (networkStats).
 	Stats(ctx context.Context, now time.Time) (store.Stats, error)
 	Entries(ctx context.Context, accountID, before string, limit int) ([]store.Entry, error)
 	PutDeposit(ctx context.Context, d store.Deposit) error
@@ -159,6 +162,12 @@ type Server struct {
 	topUps   *TopUps
 	stakers  *Staking
 	boosts   boostCache
+	// metrics receives the API's metrics; nil is off. gauges paces the
+	// network gauges, and statsCache the counters they and /v1/stats
+	// read.
+	metrics    *metrics.Emitter
+	gauges     metrics.Gauges
+	statsCache statsCache
 	// suspects is called with a worker whose reply looked wrong.
 	suspects atomic.Pointer[func(conn string)]
 }
@@ -190,6 +199,9 @@ type Config struct {
 	CORSOrigins []string
 	Limits      Limits
 	Log         *slog.Logger
+	// Metrics receives the API's metrics (see metrics.go); nil turns
+	// them off.
+	Metrics *metrics.Emitter
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -211,7 +223,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.Limits.AccountRatePerMinute = cfg.Limits.RatePerMinute
 	}
 	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
-		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits, topUps: cfg.TopUps, stakers: cfg.Staking}
+		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits, topUps: cfg.TopUps, stakers: cfg.Staking,
+		metrics: cfg.Metrics}
+	s.gauges.Emitter = cfg.Metrics
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -252,7 +266,7 @@ func New(cfg Config) (*Server, error) {
 		return &oaiwire.Error{Status: http.StatusNotFound, Type: oaiwire.TypeInvalidRequest, Code: "unknown_url",
 			Message: "Unknown request URL: " + r.Method + " " + r.URL.Path}
 	}))
-	s.handler = cors.Handler(cfg.CORSOrigins, withRequestID(mux))
+	s.handler = cors.Handler(cfg.CORSOrigins, withRequestID(s.observe(mux)))
 	return s, nil
 }
 
@@ -274,7 +288,7 @@ func withRequestID(next http.Handler) http.Handler {
 }
 
 // handler adapts a handler that returns an error: the one place errors
-// become OpenAI-shaped responses.
+// become OpenAI-shaped responses (and are counted, metricsOf).
 type handler func(w http.ResponseWriter, r *http.Request) error
 
 func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -283,6 +297,7 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !errors.As(err, &e) {
 			slog.Default().Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", w.Header().Get(headerRequestID), "err", err)
 		}
+		metricsOf(r.Context()).answered(err)
 		oaiwire.WriteError(w, err)
 	}
 }

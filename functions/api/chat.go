@@ -23,6 +23,9 @@ import (
 // store write), dispatch, relay the prompt to the worker in memory, stream
 // the reply back, settle.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
+	// Counted under "other" until the model is known to be offered.
+	rm := metricsOf(r.Context())
+	rm.setModel(otherDim)
 	req, err := oaiwire.DecodeChatRequest(r.Body)
 	if err != nil {
 		return err
@@ -43,6 +46,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return oaiwire.ModelNotFound(req.Model)
 	}
+	rm.setModel(model.ID)
 	needs := needsOf(req)
 	if why, param := s.unservable(r.Context(), model.ID, needs); why != "" {
 		return oaiwire.InvalidRequest(param, why+". The request was not charged.")
@@ -114,11 +118,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	}
 	var out sink
 	if req.Stream {
-		out = newStreamSink(w, job.ID, model.ID, now, req.IncludeUsage())
+		out = newStreamSink(w, job.ID, model.ID, now, req.IncludeUsage(), rm)
 	} else {
 		out = newBufferSink(w, job.ID, model.ID, now)
 	}
-	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out}
+	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out, rm: rm}
 	return run.serve(r.Context())
 }
 
@@ -184,6 +188,8 @@ type jobRun struct {
 	model catalog.Model
 	box   *listener.Mailbox
 	out   sink
+	// rm is the request's measurements (nil for a canary).
+	rm *requestMetrics
 
 	worker       string // connection of the assigned worker
 	seq          int64  // next expected message sequence from the worker
@@ -276,6 +282,8 @@ func (j *jobRun) serve(ctx context.Context) error {
 // once the answer is written).
 func (j *jobRun) waitForWorker(jobCtx, clientCtx context.Context) (bool, error) {
 	s := j.s
+	waitFrom := s.now()
+	defer func() { j.rm.waitedFor(s.now().Sub(waitFrom)) }()
 	if j.next != "" { // moved at once to a worker already claimed
 		j.worker, j.next = j.next, ""
 		return true, nil
@@ -558,6 +566,7 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 	case *relaymsg.Chunk:
 		if j.firstAt.IsZero() {
 			j.firstAt = j.s.now()
+			j.rm.firstToken(j.firstAt)
 		}
 		for _, d := range m.Deltas {
 			n := deltaBytes(d)
@@ -588,6 +597,7 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 			return j.rejectWork(clientCtx, why, strikes)
 		}
 		usage := j.complete(m)
+		j.rm.completed(usage)
 		return outcomeDone, true, j.out.finish(m.FinishReason, usage)
 	case *relaymsg.Fail:
 		j.s.log.Warn("worker failed job", "job", j.job.ID, "worker", j.worker, "code", m.Code)
@@ -769,7 +779,8 @@ func (s *Server) dispatchWorker(conn, model string) {
 func (s *Server) settleFailure(jobID, reason string, refund bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	job, err := s.store.Fail(ctx, jobID, reason, refund, s.now())
+	at := s.now()
+	job, err := s.store.Fail(ctx, jobID, reason, refund, at)
 	if err != nil {
 		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 			s.log.Error("fail job", "job", jobID, "reason", reason, "err", err)
@@ -777,6 +788,7 @@ func (s *Server) settleFailure(jobID, reason string, refund bool) {
 		return
 	}
 	s.log.Info("job failed", "job", jobID, "reason", reason, "refunded", job.Refunded)
+	s.putRefund(job, reason, at)
 	if job.Worker != "" {
 		s.goSafe("dispatch after failure", func() { s.dispatchWorker(job.Worker, job.Model) })
 	}

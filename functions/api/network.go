@@ -38,22 +38,14 @@ func toModelJSON(m catalog.Model, online map[string]int64) modelJSON {
 		Pricing: pricingJSON{CreditsPerRequest: m.Price, USDPerRequest: usd(m.Price)}, Aliases: m.Aliases, Note: m.Note}
 }
 
-// online counts registered workers per model.
+// online counts registered workers per model, from the store's counters
+// (through the cache): listing the models costs no read of the workers.
 func (s *Server) online(r *http.Request) (map[string]int64, error) {
-	ws, err := s.store.Workers(r.Context())
+	st, err := s.networkStats(r.Context())
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	for _, w := range ws {
-		if !w.Registered {
-			continue
-		}
-		for _, m := range w.Models {
-			out[m]++
-		}
-	}
-	return out, nil
+	return st.WorkersByModel, nil
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) error {
@@ -92,12 +84,10 @@ type statsJSON struct {
 	NetworkTokPerSec float64          `json:"network_tokens_per_second"`
 }
 
+// stats serves GET /v1/stats from the store's counters, read at most
+// every statsCacheTTL by an instance: no figure costs a scan.
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.store.Stats(r.Context(), s.now())
-	if err != nil {
-		return err
-	}
-	ws, err := s.store.Workers(r.Context())
+	st, err := s.networkStats(r.Context())
 	if err != nil {
 		return err
 	}
@@ -105,7 +95,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 	for _, n := range st.QueueByModel {
 		depth += n
 	}
-	return writeJSON(w, http.StatusOK, statsJSON{Object: "stats", WorkersOnline: int64(len(ws)),
+	return writeJSON(w, http.StatusOK, statsJSON{Object: "stats", WorkersOnline: st.WorkersOnline,
 		WorkersByModel: nonNil(st.WorkersByModel), QueueDepth: depth, QueueByModel: nonNil(st.QueueByModel),
 		JobsCompleted: st.JobsCompleted, TokensServed: st.TokensServed, NetworkTokPerSec: float64(st.TokensLastMinute) / 60})
 }

@@ -41,11 +41,14 @@ type streamSink struct {
 	roleSent     bool
 	tokensSent   bool
 	sawToolCalls bool
+	// rm counts an error sent as an event (one returned is counted by
+	// the error writer).
+	rm *requestMetrics
 }
 
-func newStreamSink(w http.ResponseWriter, id, model string, created time.Time, includeUsage bool) *streamSink {
+func newStreamSink(w http.ResponseWriter, id, model string, created time.Time, includeUsage bool, rm *requestMetrics) *streamSink {
 	return &streamSink{w: w, rc: http.NewResponseController(w), id: id, model: model,
-		created: created.Unix(), includeUsage: includeUsage}
+		created: created.Unix(), includeUsage: includeUsage, rm: rm}
 }
 
 func (s *streamSink) start() {
@@ -169,6 +172,7 @@ func (s *streamSink) fail(err error) error {
 	if !errors.As(err, &e) {
 		e = oaiwire.ErrInternal
 	}
+	s.rm.answered(e)
 	_, _ = s.w.Write(append(append([]byte("data: "), e.JSON()...), '\n', '\n'))
 	_ = s.flush()
 	return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/go-playground/validator/v10"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
@@ -48,9 +49,14 @@ const (
 	EnvSignInChain    = "C0MPUTE_SIGNIN_CHAIN"
 	EnvCORSOrigins    = "C0MPUTE_CORS_ORIGINS"
 	EnvCatalog        = "C0MPUTE_CATALOG"
-	EnvRPCURL         = "C0MPUTE_RPC_URL"
-	EnvUSDCMint       = "C0MPUTE_USDC_MINT"
-	EnvTreasury       = "C0MPUTE_TREASURY"
+	// EnvRPCURLSecret is the Secrets Manager secret holding the Solana
+	// JSON-RPC URL (paid endpoints carry their key in it), as deployed;
+	// EnvRPCURL is the URL itself, for the dev network, tests and public
+	// endpoints. Terraform sets only the secret.
+	EnvRPCURLSecret = "C0MPUTE_RPC_URL_ARN"
+	EnvRPCURL       = "C0MPUTE_RPC_URL"
+	EnvUSDCMint     = "C0MPUTE_USDC_MINT"
+	EnvTreasury     = "C0MPUTE_TREASURY"
 	// EnvStakingProgram, EnvRewardsProgram and EnvZeroMint turn the
 	// staking routes on (with EnvRPCURL and EnvUSDCMint).
 	EnvStakingProgram   = "C0MPUTE_STAKING_PROGRAM"
@@ -185,7 +191,10 @@ func LoadAPI(ctx context.Context, e Env, sm SecretsClient) (API, error) {
 	if c.CORSOrigins, err = cors.ParseOrigins(e(EnvCORSOrigins)); err != nil {
 		return API{}, fmt.Errorf("%s: %w", EnvCORSOrigins, err)
 	}
-	c.RPCURL, c.USDCMint, c.Treasury = e(EnvRPCURL), e(EnvUSDCMint), e(EnvTreasury)
+	if c.RPCURL, err = e.RPCURL(ctx, sm); err != nil {
+		return API{}, err
+	}
+	c.USDCMint, c.Treasury = e(EnvUSDCMint), e(EnvTreasury)
 	c.StakingProgram, c.RewardsProgram, c.ZeroMint = e(EnvStakingProgram), e(EnvRewardsProgram), e(EnvZeroMint)
 	if c.StakingProgram != "" && (c.RPCURL == "" || c.USDCMint == "") {
 		return API{}, fmt.Errorf("lambdaenv: %s needs %s and %s", EnvStakingProgram, EnvRPCURL, EnvUSDCMint)
@@ -248,7 +257,7 @@ var variable = map[string]string{
 	"RatePerMinute": EnvRatePerMinute, "AccountRatePerMinute": EnvAccountRate, "WorkerSharePercent": EnvWorkerSharePct, "BatchWindow": EnvBatchWindowMS,
 	"MaxTokPerSec": EnvMaxTokPerSec, "CanaryEverySeconds": EnvCanaryEvery,
 	"SignInDomain": EnvSignInDomain, "SignInChain": EnvSignInChain,
-	"RPCURL": EnvRPCURL, "USDCMint": EnvUSDCMint, "Treasury": EnvTreasury,
+	"RPCURL": EnvRPCURLSecret + " or " + EnvRPCURL, "USDCMint": EnvUSDCMint, "Treasury": EnvTreasury,
 	"X402Network": EnvX402Network, "X402FeePayer": EnvX402FeePayer + " or " + EnvX402FeePayerFile,
 	"StakingProgram": EnvStakingProgram, "RewardsProgram": EnvRewardsProgram, "ZeroMint": EnvZeroMint,
 }
@@ -278,6 +287,32 @@ func (e Env) Secret(ctx context.Context, sm SecretsClient, arnVar, fileVar strin
 		return strings.TrimSpace(aws.ToString(out.SecretString)), nil
 	}
 	return "", fmt.Errorf("lambdaenv: set %s (a Secrets Manager ARN) or %s (a file)", arnVar, fileVar)
+}
+
+// RPCURL reads the Solana JSON-RPC URL: from the secret EnvRPCURLSecret
+// names (as deployed: the URL may carry a key), else from EnvRPCURL; ""
+// when neither is set. A secret without a value is an error that says how
+// to put one.
+func (e Env) RPCURL(ctx context.Context, sm SecretsClient) (string, error) {
+	arn, plain := e(EnvRPCURLSecret), e(EnvRPCURL)
+	switch {
+	case arn != "" && plain != "":
+		return "", fmt.Errorf("lambdaenv: set %s or %s, not both", EnvRPCURLSecret, EnvRPCURL)
+	case arn == "":
+		return plain, nil
+	case sm == nil:
+		return "", fmt.Errorf("lambdaenv: %s set but no Secrets Manager client", EnvRPCURLSecret)
+	}
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+	var missing *smtypes.ResourceNotFoundException
+	if errors.As(err, &missing) || err == nil && strings.TrimSpace(aws.ToString(out.SecretString)) == "" {
+		return "", fmt.Errorf("lambdaenv: %s: the secret has no value yet; put the Solana RPC URL in it: "+
+			"aws secretsmanager put-secret-value --secret-id %s --secret-string 'https://…'", EnvRPCURLSecret, arn)
+	}
+	if err != nil {
+		return "", fmt.Errorf("lambdaenv: %s: %w", EnvRPCURLSecret, err)
+	}
+	return strings.TrimSpace(aws.ToString(out.SecretString)), nil
 }
 
 // Logger is the functions' JSON logger at the configured level.

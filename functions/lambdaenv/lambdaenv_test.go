@@ -102,3 +102,37 @@ func TestLoadRelayBatchWindow(t *testing.T) {
 		t.Fatalf("5 s window: %v, want an error naming %s", err, EnvBatchWindowMS)
 	}
 }
+
+// TestRPCURL: the RPC URL comes from its secret as deployed (it may carry a
+// paid endpoint's key), or plainly in development; an empty secret says
+// how to fill it.
+func TestRPCURL(t *testing.T) {
+	const arn = "arn:aws:secretsmanager:eu-west-1:1:secret:rpc"
+	for _, c := range []struct {
+		name    string
+		env     map[string]string
+		sm      secrets
+		want    string
+		wantErr string
+	}{
+		{"from the secret", map[string]string{EnvRPCURLSecret: arn}, secrets{arn: " https://rpc.example/?key=k\n"}, "https://rpc.example/?key=k", ""},
+		{"plain", map[string]string{EnvRPCURL: "http://127.0.0.1:8899"}, secrets{}, "http://127.0.0.1:8899", ""},
+		{"neither", map[string]string{}, secrets{}, "", ""},
+		{"both", map[string]string{EnvRPCURLSecret: arn, EnvRPCURL: "http://x"}, secrets{arn: "https://rpc.example"}, "", "not both"},
+		{"secret without a value", map[string]string{EnvRPCURLSecret: arn}, secrets{arn: ""}, "", "put-secret-value --secret-id " + arn},
+		{"unreadable secret", map[string]string{EnvRPCURLSecret: arn}, secrets{}, "", "ResourceNotFoundException"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := env(c.env).RPCURL(context.Background(), c.sm)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v, want one mentioning %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("RPCURL = %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}

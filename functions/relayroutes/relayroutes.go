@@ -26,6 +26,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/credential"
+	"github.com/c0mpute/c0mpute/functions/metrics"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/store"
 )
@@ -43,6 +44,8 @@ type Store interface {
 	DeleteListener(ctx context.Context, conn string) error
 	GetJob(ctx context.Context, id string) (store.Job, error)
 	Fail(ctx context.Context, jobID, reason string, refund bool, at time.Time) (store.Job, error)
+	// Stats is read for the network gauges, only with Metrics set.
+	Stats(ctx context.Context, now time.Time) (store.Stats, error)
 }
 
 // Connections reaches connections through the management API: posts to
@@ -72,6 +75,9 @@ type Handler struct {
 	BatchWindow time.Duration
 	Log         *slog.Logger
 	Now         func() time.Time
+	// Metrics receives the relay's metrics: refunds, and the network
+	// gauges (see gaugesAfter); nil turns them off.
+	Metrics *metrics.Emitter
 
 	// listeners caches known listener connections (for hello), which are
 	// few and long-lived, so the check costs no store round trip after the
@@ -80,6 +86,9 @@ type Handler struct {
 
 	ticketsOnce sync.Once
 	tickets     *relaymsg.Ticketer
+
+	gaugesOnce sync.Once
+	gauges     metrics.Gauges
 }
 
 // ticketer checks job tickets, under the key derived from ListenerSecret
@@ -91,6 +100,7 @@ func (h *Handler) ticketer() *relaymsg.Ticketer {
 
 // Handle routes one event.
 func (h *Handler) Handle(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	defer h.gaugesAfter(ctx)
 	conn := req.RequestContext.ConnectionID
 	switch req.RequestContext.RouteKey {
 	case "$connect":
@@ -231,7 +241,8 @@ func (h *Handler) failJob(ctx context.Context, jobID, worker, reason string) {
 		h.Log.Info("job no longer with this worker; not failing it", "job", jobID, "state", cur.State)
 		return
 	}
-	job, err := h.Store.Fail(ctx, jobID, reason, true, h.now())
+	at := h.now()
+	job, err := h.Store.Fail(ctx, jobID, reason, true, at)
 	if err != nil {
 		if !errors.Is(err, store.ErrConflict) { // done already: nothing to undo
 			h.Log.Error("fail job", "job", jobID, "reason", reason, "err", err)
@@ -239,6 +250,7 @@ func (h *Handler) failJob(ctx context.Context, jobID, worker, reason string) {
 		return
 	}
 	h.Log.Info("job failed", "job", jobID, "reason", reason)
+	h.putRefund(job, reason, at)
 	if _, err := h.Dispatch.Dispatch(ctx, []string{job.Model}); err != nil {
 		h.Log.Error("dispatch after failure", "model", job.Model, "err", err)
 	}
@@ -421,4 +433,51 @@ func encode(m any) []byte {
 func errorReply(code, msg string) []byte {
 	b, _ := json.Marshal(relaymsg.Error{Header: relaymsg.Header{V: relaymsg.Version, Type: relaymsg.TypeError}, Code: code, Message: msg})
 	return b
+}
+
+// gaugesAfter writes the network gauges (QueueDepth and OnlineWorkers of
+// every catalog model, from the store's counters: two batch reads, never a
+// scan) at most once a minute per instance, after an event.
+//
+// Why here: the relay runs whenever anything happens on the network, and
+// while nothing does, for every connection's heartbeat (workers' and API
+// listeners', each every 4 minutes), so with workers connected it runs
+// several times a minute in a network of any size, where the API runs only
+// on requests and the keeper on its schedule. Gauges stop with the
+// connections: no data then, which the alarms take as breaching. Written
+// in the event's own invocation, since Lambda freezes the instance after
+// it: one event a minute waits for the read.
+func (h *Handler) gaugesAfter(ctx context.Context) {
+	if h.Metrics == nil {
+		return
+	}
+	h.gaugesOnce.Do(func() { h.gauges.Emitter = h.Metrics })
+	if !h.gauges.Due(h.now()) {
+		return
+	}
+	st, err := h.Store.Stats(ctx, h.now())
+	if err != nil {
+		h.Log.Warn("network gauges", "err", err)
+		return
+	}
+	var models []string
+	for _, m := range h.Catalog.Models() {
+		models = append(models, m.ID)
+	}
+	h.gauges.Put(models, st.QueueByModel, st.WorkersByModel)
+}
+
+// putRefund counts a job this relay's Fail (with reason at at) refunded:
+// one failed and refunded before comes back with its own reason and time.
+// The model is a catalog id or "other", never a string a client chose.
+func (h *Handler) putRefund(job store.Job, reason string, at time.Time) {
+	if h.Metrics == nil || !job.Refunded || job.Canary || job.FailReason != reason || !job.Updated.Equal(at) {
+		return
+	}
+	model := "other"
+	if m, ok := h.Catalog.Resolve(job.Model); ok && m.ID == job.Model {
+		model = m.ID
+	}
+	h.Metrics.Put([]metrics.Dim{{Name: "Model", Value: model}},
+		metrics.Metric{Name: metrics.Refunds, Unit: metrics.UnitCount, Value: 1})
 }

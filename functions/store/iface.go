@@ -192,7 +192,13 @@ type Store interface {
 	Ledger
 	Earnings
 
-	// Stats returns network figures as of now.
+	// Stats returns network figures as of now (the last full minute's
+	// tokens). It reads counters, never the records: the queue and
+	// worker counts change in the same atomic write as the transitions
+	// they count (Admit, Assign, Requeue, Fail; PutWorker,
+	// RegisterWorker, DeleteWorker). A worker record past its expiry
+	// (judged by the store's clock, as IdleWorkers does) stops counting
+	// within an hour of it.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
 
 	// Close releases the store.

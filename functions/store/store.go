@@ -489,8 +489,15 @@ type Receipt struct {
 	Signature        string `json:"signature"`
 }
 
-// Stats are network-wide figures for GET /v1/stats.
+// Stats are network-wide figures for GET /v1/stats. Every store keeps them
+// as counters that change in the same atomic write as the state they count,
+// so reading them costs the same however large the network.
 type Stats struct {
+	// WorkersOnline counts connected workers, registered or not.
+	WorkersOnline int64 `json:"workers_online"`
+	// WorkersByModel counts the registered workers serving each model
+	// (draining ones too, until they disconnect); QueueByModel the queued
+	// jobs of each model. A model with none is left out.
 	WorkersByModel map[string]int64 `json:"workers_by_model"`
 	QueueByModel   map[string]int64 `json:"queue_by_model"`
 	JobsCompleted  int64            `json:"jobs_completed"`

@@ -11,12 +11,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gagliardetto/solana-go"
 	"github.com/gagliardetto/solana-go/rpc"
 
+	"github.com/c0mpute/c0mpute/clients/zerorewards"
+	"github.com/c0mpute/c0mpute/clients/zerostaking"
 	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/store/dynamo"
 	"github.com/c0mpute/c0mpute/functions/x402"
 	"github.com/c0mpute/c0mpute/onchain"
 	"github.com/c0mpute/c0mpute/onchain/deposit"
@@ -45,6 +49,8 @@ type localChain struct {
 	DevWallet    string `json:"dev_wallet"`
 	DevWalletKey string `json:"dev_wallet_key"`
 
+	// keys is the folder of the chain's keypair files.
+	keys  string
 	cmd   *exec.Cmd
 	stdin io.Closer
 }
@@ -82,7 +88,7 @@ func startChain(ctx context.Context, dir, home, addr string) (*localChain, error
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the local chain: %w", err)
 	}
-	c := &localChain{cmd: cmd, stdin: stdin}
+	c := &localChain{keys: keys, cmd: cmd, stdin: stdin}
 	line := make(chan error, 1)
 	go func() {
 		s := bufio.NewScanner(out)
@@ -156,4 +162,86 @@ func (c *localChain) payments() (*api.Deposits, *api.TopUps, error) {
 func (c *localChain) envLines() string {
 	return fmt.Sprintf("C0MPUTE_RPC_URL=%s\nC0MPUTE_USDC_MINT=%s\nC0MPUTE_TREASURY=%s\nC0MPUTE_DEV_WALLET=%s\n",
 		c.URL, c.Mint, c.Treasury, c.DevWalletKey)
+}
+
+// keeperConfigFile is the keeper's configuration for the local chain, in
+// the dev runner's home.
+const keeperConfigFile = "keeper.json"
+
+// writeKeeperConfig writes home/keeper.json: c0mpute-keeper's
+// configuration for this chain and the dev network's store (ledger: a
+// file path or dynamodb:TABLE), signing with the chain's treasury key. The
+// chain runs neither zero_staking nor zero_rewards, and has no ZERO mint:
+// the programs are named by their IDL ids (no stake account is found),
+// and the ZERO mint by a keypair kept in the chain's folder, so that its
+// address stays the same. It returns the file's absolute path.
+func (c *localChain) writeKeeperConfig(home, ledger string) (string, error) {
+	zero, err := keepKeypair(filepath.Join(c.keys, "zero-mint.json"))
+	if err != nil {
+		return "", fmt.Errorf("keeper config: ZERO mint: %w", err)
+	}
+	cfg := map[string]any{
+		"rpc_url":         c.URL,
+		"staking_program": zerostaking.ProgramID.String(),
+		"rewards_program": zerorewards.ProgramID.String(),
+		"zero_mint":       zero.String(),
+		"usdc_mint":       c.Mint,
+		"store":           ledger,
+		"treasury":        c.Treasury,
+		"key":             "file:" + filepath.Join(c.keys, "treasury.json"),
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path, err := filepath.Abs(filepath.Join(home, keeperConfigFile))
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return "", fmt.Errorf("keeper config: %w", err)
+	}
+	return path, nil
+}
+
+// keepKeypair is the public key of the keypair file at path (solana-keygen
+// JSON), made the first time.
+func keepKeypair(path string) (solana.PublicKey, error) {
+	if raw, err := os.ReadFile(path); err == nil {
+		k, err := onchain.ParseKey(string(raw))
+		if err != nil {
+			return solana.PublicKey{}, fmt.Errorf("%s: %w", path, err)
+		}
+		return k.PublicKey(), nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return solana.PublicKey{}, err
+	}
+	k, err := solana.NewRandomPrivateKey()
+	if err != nil {
+		return solana.PublicKey{}, err
+	}
+	ints := make([]int, len(k))
+	for i, b := range k {
+		ints[i] = int(b)
+	}
+	b, err := json.Marshal(ints)
+	if err != nil {
+		return solana.PublicKey{}, err
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return solana.PublicKey{}, err
+	}
+	return k.PublicKey(), nil
+}
+
+// keeperCommand is the command line that dry-runs the keeper's payouts
+// with the configuration at path; ledger is its store.
+func keeperCommand(path, ledger string) string {
+	cmd := "go run ./onchain/cmd/c0mpute-keeper -config " + path + " payouts"
+	if strings.HasPrefix(ledger, "dynamodb:") {
+		if ep := os.Getenv(dynamo.EnvEndpoint); ep != "" {
+			cmd = dynamo.EnvEndpoint + "=" + ep + " " + cmd
+		}
+	}
+	return cmd
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/testenv"
 	"github.com/c0mpute/c0mpute/onchain"
+	"github.com/c0mpute/c0mpute/onchain/keepercli"
 )
 
 // TestLocalChain runs C0MPUTE_CHAIN=local's chain as scripts/dev does and
@@ -64,33 +66,39 @@ func TestLocalChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := embedded.Open(filepath.Join(home, "c0.db"), embedded.WithNoSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: "127.0.0.1:0", RelayAddr: "127.0.0.1:0",
-		Models: []catalog.Model{{ID: "m", Price: 10}}, Limits: devnet.ScriptedLimits(), Log: slog.New(slog.DiscardHandler),
-		Deposits: deposits, TopUps: topUps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stack.Close()
-	bin := buildWallet(t)
-	env := append(os.Environ(), "OPENAI_BASE_URL="+stack.APIURL, "C0MPUTE_RPC_URL="+c.URL, "C0MPUTE_DEV_WALLET="+c.DevWalletKey)
-	out := runWallet(t, bin, env, "signin")
-	key, ok := strings.CutPrefix(strings.TrimSpace(out), "OPENAI_API_KEY=")
-	if !ok || !strings.HasPrefix(key, "sk-") {
-		t.Fatalf("signin printed %q", out)
-	}
-	out = runWallet(t, bin, append(env, "OPENAI_API_KEY="+key), "deposit", "5")
-	if !strings.Contains(out, "500 credits added; balance 500 credits") {
-		t.Fatalf("deposit printed %q", out)
-	}
-	acct, err := st.GetAccount(ctx, c.DevWallet)
-	if err != nil || acct.Credits != 500 || acct.TotalDeposited != 500 {
-		t.Fatalf("dev wallet's account %+v (%v)", acct, err)
-	}
+	ledger := filepath.Join(home, "c0.db")
+	// The network runs, and is stopped, before the keeper opens its store:
+	// the embedded store is one process's at a time.
+	func() {
+		st, err := embedded.Open(ledger, embedded.WithNoSync())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: "127.0.0.1:0", RelayAddr: "127.0.0.1:0",
+			Models: []catalog.Model{{ID: "m", Price: 10}}, Limits: devnet.ScriptedLimits(), Log: slog.New(slog.DiscardHandler),
+			Deposits: deposits, TopUps: topUps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stack.Close()
+		bin := buildWallet(t)
+		env := append(os.Environ(), "OPENAI_BASE_URL="+stack.APIURL, "C0MPUTE_RPC_URL="+c.URL, "C0MPUTE_DEV_WALLET="+c.DevWalletKey)
+		out := runWallet(t, bin, env, "signin")
+		key, ok := strings.CutPrefix(strings.TrimSpace(out), "OPENAI_API_KEY=")
+		if !ok || !strings.HasPrefix(key, "sk-") {
+			t.Fatalf("signin printed %q", out)
+		}
+		out = runWallet(t, bin, append(env, "OPENAI_API_KEY="+key), "deposit", "5")
+		if !strings.Contains(out, "500 credits added; balance 500 credits") {
+			t.Fatalf("deposit printed %q", out)
+		}
+		acct, err := st.GetAccount(ctx, c.DevWallet)
+		if err != nil || acct.Credits != 500 || acct.TotalDeposited != 500 {
+			t.Fatalf("dev wallet's account %+v (%v)", acct, err)
+		}
+	}()
+	checkKeeperConfig(t, c, home, ledger)
 
 	// A restart keeps the keys, so the addresses dev.env names.
 	c.Close()
@@ -123,4 +131,54 @@ func runWallet(t *testing.T, bin string, env []string, args ...string) string {
 		t.Fatalf("c0mpute-wallet %v: %v\n%s", args, err, stderr.String())
 	}
 	return stdout.String()
+}
+
+// checkKeeperConfig: the keeper.json the dev runner writes for the chain
+// loads, names the chain, the store and the treasury's key, and a dry run
+// with it reads the 5 USDC deposit: in the treasury, and owed to the
+// customer; writing it again keeps the same addresses.
+func checkKeeperConfig(t *testing.T, c *localChain, home, ledger string) {
+	t.Helper()
+	ctx := context.Background()
+	path, err := c.writeKeeperConfig(home, ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != filepath.Join(home, keeperConfigFile) {
+		t.Errorf("keeper config at %s", path)
+	}
+	cfg, err := keepercli.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RPCURL != c.URL || cfg.USDCMint != c.Mint || cfg.Treasury != c.Treasury || cfg.Store != ledger {
+		t.Errorf("keeper config %+v", cfg)
+	}
+	if k, err := keepercli.LoadKey(ctx, cfg.Key, nil); err != nil || k.PublicKey().String() != c.Treasury {
+		t.Errorf("keeper key %q: %v", cfg.Key, err)
+	}
+	if again, err := c.writeKeeperConfig(home, ledger); err != nil {
+		t.Fatal(err)
+	} else if cfg2, err := keepercli.LoadConfig(again); err != nil || cfg2 != cfg {
+		t.Errorf("written again: %+v (%v), first %+v", cfg2, err, cfg)
+	}
+	if cmd := keeperCommand(path, ledger); !strings.Contains(cmd, "c0mpute-keeper -config "+path+" payouts") {
+		t.Errorf("keeper command %q", cmd)
+	}
+	for _, command := range []string{"rewards", "payouts", "allowance"} {
+		var out, errb bytes.Buffer
+		if code := keepercli.Main(ctx, []string{"-config", path, command, "-json"}, &out, &errb, nil); code != 0 {
+			t.Fatalf("keeper %s: exit %d: %s", command, code, errb.String())
+		}
+		var rep keepercli.Report
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("keeper %s: %v\n%s", command, err, out.String())
+		}
+		if rep.Ledger.Access != "read_only" || rep.Treasury.Wallet != c.Treasury || rep.Treasury.USDC != "5.000000" {
+			t.Errorf("keeper %s: ledger %+v, treasury %+v", command, rep.Ledger, rep.Treasury)
+		}
+		if command == "rewards" && (rep.Rewards == nil || rep.Rewards.Books == nil || rep.Rewards.Books.CustomerCreditsUSDC != "5.000000") {
+			t.Errorf("keeper rewards: %+v", rep.Rewards)
+		}
+	}
 }

@@ -138,6 +138,23 @@ func run() error {
 		lines += chain.envLines()
 		chainLine = fmt.Sprintf("  chain   %s (local Solana JSON-RPC: test USDC %s, treasury %s;\n          dev wallet %s with 100 SOL and 1,000 test USDC, key in %s)\n",
 			chain.URL, chain.Mint, chain.Treasury, chain.DevWallet, chain.DevWalletKey)
+		ledger, err := keeperStore(home)
+		if err != nil {
+			return err
+		}
+		keeperCfg, err := chain.writeKeeperConfig(home, ledger)
+		if err != nil {
+			return err
+		}
+		note := ""
+		if !strings.HasPrefix(ledger, "dynamodb:") {
+			// bolt locks its file: the keeper cannot open the store
+			// while this process holds it, and the chain stops with it.
+			note = "\n          the embedded store is one process's at a time: to run the keeper beside the network,\n" +
+				"          start it with C0MPUTE_STORE=dynamodb (scripts/dynamodb-local runs DynamoDB Local)"
+		}
+		chainLine += fmt.Sprintf("  keeper  %s (this chain and this store); a dry run, from the repository:\n          %s%s\n",
+			keeperCfg, keeperCommand(keeperCfg, ledger), note)
 	}
 	if err := os.WriteFile(envFile, []byte(lines), 0o600); err != nil {
 		return err
@@ -257,7 +274,7 @@ func limitsFromEnv(getenv func(string) string) (api.Limits, error) {
 func openStore(ctx context.Context, home string) (st store.Store, where string, err error) {
 	switch kind := env("C0MPUTE_STORE", "embedded"); kind {
 	case "embedded":
-		path := filepath.Join(home, "c0mpute.db")
+		path := filepath.Join(home, embeddedFile)
 		st, err := embedded.Open(path)
 		return st, path, err
 	case "dynamodb":
@@ -280,6 +297,18 @@ func openStore(ctx context.Context, home string) (st store.Store, where string, 
 		return nil, "", fmt.Errorf("C0MPUTE_STORE is %q: want embedded or dynamodb", kind)
 	}
 }
+
+// keeperStore is the dev network's store as the keeper's configuration
+// names it: the embedded store's absolute path, or dynamodb:TABLE.
+func keeperStore(home string) (string, error) {
+	if env("C0MPUTE_STORE", "embedded") == "dynamodb" {
+		return "dynamodb:" + env(dynamo.EnvTable, schema.DefaultTable), nil
+	}
+	return filepath.Abs(filepath.Join(home, embeddedFile))
+}
+
+// embeddedFile is the embedded store's file in home.
+const embeddedFile = "c0mpute.db"
 
 // devCredentials makes (once) the dev account with its credits, and reuses
 // the API key and worker token saved in home while they are still valid.

@@ -197,3 +197,16 @@ func TestCORS(t *testing.T) {
 		}
 	}
 }
+
+// TestCORSFromTheOfficialSDK: the official OpenAI Node SDK, run as a page
+// on an allowed origin would, passes every browser preflight — for its
+// x-stainless-* headers, Authorization, JSON bodies and DELETE — and every
+// answer may be read (infra/sdktest/node/cors.test.mjs).
+func TestCORSFromTheOfficialSDK(t *testing.T) {
+	node, dir := nodeHarness(t, "openai")
+	e := newEnv(t, envOptions{cors: []string{"https://app.example"}, credits: 10_000})
+	e.ollamaWorker()
+	e.waitWorkers(tinyModel, 1)
+	runNodeTest(t, node, dir, "cors.test.mjs", 5, "OPENAI_BASE_URL="+e.stack.APIURL, "OPENAI_API_KEY="+e.apiKey,
+		"C0MPUTE_MODEL="+tinyModel, "C0MPUTE_ORIGIN=https://app.example")
+}

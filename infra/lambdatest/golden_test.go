@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -228,8 +229,12 @@ func TestKeeperEventIsTheSchedulesInput(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s*(\w+)\s*=\s*(.+?)\s*$`).FindAllSubmatch(block[1], -1) {
 		template[string(m[1])] = strings.Trim(string(m[2]), `"`)
 	}
-	var ev map[string]string
-	loadEvent(t, "scheduler-keeper.json", &ev)
+	var raw map[string]any
+	loadEvent(t, "scheduler-keeper.json", &raw)
+	ev := map[string]string{}
+	for k, v := range raw {
+		ev[k] = fmt.Sprint(v)
+	}
 	if got, want := slices.Sorted(maps.Keys(ev)), slices.Sorted(maps.Keys(template)); !slices.Equal(got, want) {
 		t.Fatalf("fixture keys %v, schedule input keys %v", got, want)
 	}
@@ -250,6 +255,10 @@ func TestKeeperEventIsTheSchedulesInput(t *testing.T) {
 		case "<aws.scheduler.attempt-number>":
 			if n, err := strconv.Atoi(ev[k]); err != nil || n < 1 {
 				t.Errorf("%s %q is not an attempt number", k, ev[k])
+			}
+		case "true":
+			if raw[k] != true {
+				t.Errorf("%s %v, want true", k, raw[k])
 			}
 		default:
 			t.Errorf("schedule input %s = %s: the test does not know this value", k, v)

@@ -58,14 +58,22 @@ func TestKeeperUnderRIE(t *testing.T) {
 	})
 	reportInit(t, "keeper", emu)
 
-	t.Run("payouts dry run", func(t *testing.T) {
-		owed := json.RawMessage(fmt.Sprintf(`[{"owner":%q,"amount":1500000}]`, worker))
-		res := invokeKeeper(t, emu, keeperfn.Event{Job: keeperfn.JobPayouts, Owed: owed, PayoutID: "w-2026-11-29"})
-		if res.Execute || !strings.Contains(string(res.Plan), worker.String()) {
-			t.Fatalf("result %+v", res)
+	t.Run("asking to execute where execution is off", func(t *testing.T) {
+		res := invokeKeeper(t, emu, keeperfn.Event{Job: keeperfn.JobRewards, ScheduledTime: "2026-11-29T15:00:00Z", Execute: true})
+		if res.Execute || res.Outcome != keeperfn.OutcomeSuccess {
+			t.Fatalf("result %+v, want a dry run", res)
+		}
+	})
+
+	t.Run("an event choosing recipients", func(t *testing.T) {
+		owed := fmt.Sprintf(`{"job":"payouts","owed":[{"owner":%q,"amount":1500000}],"payout_id":"w"}`, worker)
+		_, err := emu.Invoke(ctx, []byte(owed))
+		var fe *FunctionError
+		if !errors.As(err, &fe) || !strings.Contains(fe.Message, "unknown field") {
+			t.Fatalf("err %v, want the event refused", err)
 		}
 		if got := e.TokenBalance(t, e.Config.USDCATA(worker)); got != 0 {
-			t.Fatalf("dry run paid %d", got)
+			t.Fatalf("paid %d", got)
 		}
 	})
 
@@ -88,8 +96,16 @@ func TestKeeperUnderRIE(t *testing.T) {
 			t.Fatalf("err %v, want a function error about the event", err)
 		}
 	})
-	if strings.Contains(emu.Logs(), kp.String()) {
+	logs := emu.Logs()
+	if strings.Contains(logs, kp.String()) {
 		t.Fatal("the keeper's key appeared in the logs")
+	}
+	// Each run's plan is in the log, with its job and day, and its outcome
+	// is counted in the embedded metric format.
+	for _, want := range []string{`"msg":"keeper plan"`, `"job":"allowance"`, `"day":"2026-11-29"`, `"KeeperRuns":1`, `"Outcome":"success"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s:\n%s", want, tail(logs, 3000))
+		}
 	}
 }
 

@@ -67,7 +67,8 @@ type Chain struct {
 	rpc Client
 	// Commitment a transfer must reach before it counts as Landed.
 	Commitment rpc.CommitmentType
-	// Poll is the interval between status lookups while confirming.
+	// Poll is the interval between status lookups while confirming; the
+	// Confirm calls waiting at the same time share each lookup.
 	Poll time.Duration
 	// ConfirmTimeout bounds Confirm; past it the outcome is Unknown.
 	ConfirmTimeout time.Duration
@@ -76,6 +77,9 @@ type Chain struct {
 	// fee payer.
 	MaxPriorityFee uint64
 	Log            *slog.Logger
+
+	// watch holds the signatures Confirm calls are waiting on.
+	watch watcher
 }
 
 // New returns a Chain with production defaults: finalized commitment, a
@@ -168,28 +172,65 @@ var ErrPreflight = errors.New("chain: refused in preflight")
 
 func ptr[T any](v T) *T { return &v }
 
+// MaxStatuses is how many signatures one getSignatureStatuses call may
+// name (the RPC method's limit).
+const MaxStatuses = 256
+
 // Lookup says what became of sig, given the last valid block height of the
 // blockhash it was signed with.
 func (c *Chain) Lookup(ctx context.Context, sig solana.Signature, lastValid uint64) (Outcome, error) {
-	res, err := c.rpc.GetSignatureStatuses(ctx, true, sig)
+	out, err := c.LookupAll(ctx, []solana.Signature{sig}, []uint64{lastValid})
 	if err != nil {
-		return Unknown, fmt.Errorf("chain: status of %s: %w", sig, err)
+		return Unknown, err
 	}
-	if res != nil && len(res.Value) == 1 && res.Value[0] != nil {
-		st := res.Value[0]
-		// A result counts only once it is as final as a landing must
-		// be: a failure seen on a fork that is dropped could be
-		// followed by the same transaction landing, and settling it
-		// failed would pay it again.
-		if !reached(st.ConfirmationStatus, c.Commitment) {
-			return Unknown, nil
-		}
-		if st.Err != nil {
-			return Failed, nil
-		}
-		return Landed, nil
+	return out[0], nil
+}
+
+// LookupAll is Lookup for many signatures at once, lastValid[i] being
+// sigs[i]'s: one getSignatureStatuses call per MaxStatuses signatures, and
+// one getBlockHeight when any of them is not found.
+func (c *Chain) LookupAll(ctx context.Context, sigs []solana.Signature, lastValid []uint64) ([]Outcome, error) {
+	if len(sigs) != len(lastValid) {
+		return nil, fmt.Errorf("chain: lookup: %d signatures but %d last valid heights", len(sigs), len(lastValid))
 	}
-	// Not found. The height is read after the status, so a transaction
+	out := make([]Outcome, len(sigs))
+	var missing []int
+	for from := 0; from < len(sigs); from += MaxStatuses {
+		chunk := sigs[from:min(from+MaxStatuses, len(sigs))]
+		what := chunk[0].String()
+		if len(chunk) > 1 {
+			what = fmt.Sprintf("%d signatures from %s", len(chunk), chunk[0])
+		}
+		res, err := c.rpc.GetSignatureStatuses(ctx, true, chunk...)
+		if err != nil {
+			return nil, fmt.Errorf("chain: status of %s: %w", what, err)
+		}
+		// An answer that does not match the question is never read as
+		// "not found": that could call a landed transaction expired.
+		if res == nil || len(res.Value) != len(chunk) {
+			return nil, fmt.Errorf("chain: status of %s: malformed response", what)
+		}
+		for i, st := range res.Value {
+			switch {
+			case st == nil:
+				missing = append(missing, from+i)
+			case !reached(st.ConfirmationStatus, c.Commitment):
+				// A result counts only once it is as final as a
+				// landing must be: a failure seen on a fork that is
+				// dropped could be followed by the same transaction
+				// landing, and settling it failed would pay it again.
+				out[from+i] = Unknown
+			case st.Err != nil:
+				out[from+i] = Failed
+			default:
+				out[from+i] = Landed
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	// Not found. The height is read after the statuses, so a transaction
 	// that landed just before the expiry is seen by the status call. It
 	// is read at finalized commitment, which lags the confirmed height the
 	// blockhash expires by, so a node slightly behind another cannot call
@@ -197,12 +238,14 @@ func (c *Chain) Lookup(ctx context.Context, sig solana.Signature, lastValid uint
 	// keep the transaction history the lookups reach back to.
 	h, err := c.rpc.GetBlockHeight(ctx, rpc.CommitmentFinalized)
 	if err != nil {
-		return Unknown, fmt.Errorf("chain: block height: %w", err)
+		return nil, fmt.Errorf("chain: block height: %w", err)
 	}
-	if h > lastValid {
-		return Expired, nil
+	for _, i := range missing {
+		if h > lastValid[i] {
+			out[i] = Expired
+		}
 	}
-	return Unknown, nil
+	return out, nil
 }
 
 func reached(got rpc.ConfirmationStatusType, want rpc.CommitmentType) bool {
@@ -218,25 +261,4 @@ func reached(got rpc.ConfirmationStatusType, want rpc.CommitmentType) bool {
 		return 0
 	}
 	return rank(string(got)) >= rank(string(want))
-}
-
-// Confirm polls Lookup until the outcome is known or ConfirmTimeout
-// passes; then it returns Unknown and no error.
-func (c *Chain) Confirm(ctx context.Context, sig solana.Signature, lastValid uint64) (Outcome, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.ConfirmTimeout)
-	defer cancel()
-	for {
-		o, err := c.Lookup(ctx, sig, lastValid)
-		if err != nil && ctx.Err() == nil {
-			c.Log.Warn("chain: status lookup failed, retrying", "signature", sig.String(), "err", err)
-		}
-		if err == nil && o != Unknown {
-			return o, nil
-		}
-		select {
-		case <-ctx.Done():
-			return Unknown, nil
-		case <-time.After(c.Poll):
-		}
-	}
 }

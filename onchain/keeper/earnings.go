@@ -37,39 +37,66 @@ const earningsRuns = "earnings/"
 // every later run fail with its reason until it can. Without execute it
 // only plans.
 func (k *Keeper) EarningsPayouts(ctx context.Context, at time.Time, execute bool) ([]store.Transfer, Result, error) {
-	return k.payEarnings(ctx, EarningsRun(at), false, execute)
+	rep, err := k.PayEarnings(ctx, at, false, execute)
+	return rep.Transfers, rep.Result, err
 }
 
 // RequestedPayouts is EarningsPayouts for the accounts whose owners asked
 // for a payout (POST /v1/payouts), run each hour (RequestedRun): the same
 // ledger, keys and guarantees.
 func (k *Keeper) RequestedPayouts(ctx context.Context, at time.Time, execute bool) ([]store.Transfer, Result, error) {
-	return k.payEarnings(ctx, RequestedRun(at), true, execute)
+	rep, err := k.PayEarnings(ctx, at, true, execute)
+	return rep.Transfers, rep.Result, err
 }
 
-func (k *Keeper) payEarnings(ctx context.Context, run string, requestedOnly, execute bool) ([]store.Transfer, Result, error) {
+// PayEarnings is EarningsPayouts (requested false: the day's run) or
+// RequestedPayouts (true: the hour's), reporting also whom the run leaves
+// out and why: accounts owed less than MinPayout, and accounts without a
+// payout wallet (for requested payouts, only among those that asked).
+func (k *Keeper) PayEarnings(ctx context.Context, at time.Time, requested, execute bool) (PayoutsReport, error) {
+	run := EarningsRun(at)
+	if requested {
+		run = RequestedRun(at)
+	}
+	rep, err := k.payEarnings(ctx, run, requested, execute)
+	rep.Run = run
+	if rep.Transfers == nil {
+		rep.Transfers = []store.Transfer{}
+	}
+	if rep.Skipped == nil {
+		rep.Skipped = []Skip{}
+	}
+	return rep, err
+}
+
+func (k *Keeper) payEarnings(ctx context.Context, run string, requestedOnly, execute bool) (PayoutsReport, error) {
+	var rep PayoutsReport
 	if k.Earnings == nil {
-		return nil, Result{}, errors.New("keeper: earnings payouts need a store with earnings")
+		return rep, errors.New("keeper: earnings payouts need a store with earnings")
 	}
 	if execute {
 		if err := k.finishOpenEarnings(ctx, run); err != nil {
-			return nil, Result{}, err
+			return rep, err
 		}
 	}
 	r, err := k.Ledger.GetRun(ctx, run)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, Result{}, err
+		return rep, err
 	}
 	if err == nil && r.State != store.RunPlanning {
+		rep.Sealed = true
 		if !execute {
-			ts, err := k.Ledger.RunTransfers(ctx, run)
-			return ts, Result{}, err
+			rep.Transfers, err = k.Ledger.RunTransfers(ctx, run)
+			return rep, err
 		}
-		return k.settleEarnings(ctx, run)
+		rep.Transfers, rep.Result, err = k.settleEarnings(ctx, run)
+		return rep, err
 	}
-	owed, err := k.Earnings.OwedEarnings(ctx, (MinPayout+creditUnits-1)/creditUnits)
+	// Every account owed anything, so that those below the minimum are
+	// reported; the plan keeps those owed at least MinPayout.
+	owed, err := k.Earnings.OwedEarnings(ctx, 1)
 	if err != nil {
-		return nil, Result{}, err
+		return rep, err
 	}
 	var ts []store.Transfer
 	var total int64
@@ -77,20 +104,29 @@ func (k *Keeper) payEarnings(ctx context.Context, run string, requestedOnly, exe
 		if requestedOnly && !o.Requested {
 			continue
 		}
+		if o.Credits*creditUnits < MinPayout {
+			rep.Skipped = append(rep.Skipped, Skip{Wallet: o.Wallet, Account: o.AccountID, Reason: SkipBelowMinimum, Credits: o.Credits})
+			continue
+		}
 		if _, err := solana.PublicKeyFromBase58(o.Wallet); err != nil {
-			continue // no payout wallet on the account: its earnings wait
+			// No payout wallet on the account: its earnings wait.
+			rep.Skipped = append(rep.Skipped, Skip{Wallet: o.Wallet, Account: o.AccountID, Reason: SkipNoPayoutWallet, Credits: o.Credits})
+			continue
 		}
 		ts = append(ts, store.Transfer{Key: run + "/" + KindPayout + "/" + o.AccountID, Seq: len(ts), Kind: KindPayout,
 			Recipient: o.Wallet, Mint: k.Config.USDCMint.String(), Amount: o.Credits * creditUnits})
 		total += o.Credits
 	}
+	sortSkips(rep.Skipped)
+	rep.Transfers = ts
 	if !execute {
-		return ts, Result{}, nil
+		return rep, nil
 	}
 	if err := k.sealRaw(ctx, run, ts, fmt.Sprintf(`{"payouts":%d,"credits":%d}`, len(ts), total)); err != nil {
-		return nil, Result{}, err
+		return rep, err
 	}
-	return k.settleEarnings(ctx, run)
+	rep.Transfers, rep.Result, err = k.settleEarnings(ctx, run)
+	return rep, err
 }
 
 // openEarningsRuns lists the sealed, unfinished earnings runs (daily and
@@ -173,7 +209,7 @@ func (k *Keeper) settleEarnings(ctx context.Context, run string) ([]store.Transf
 		return nil, Result{}, err
 	}
 	for _, t := range ts {
-		account, credits, err := earningOf(run, t)
+		account, credits, err := EarningOf(run, t)
 		if err != nil {
 			return nil, Result{}, err
 		}
@@ -197,7 +233,7 @@ func (k *Keeper) settleEarnings(ctx context.Context, run string) ([]store.Transf
 			if t.State != store.TransferFailed {
 				continue
 			}
-			account, credits, err := earningOf(run, t)
+			account, credits, err := EarningOf(run, t)
 			if err != nil {
 				return nil, res, err
 			}
@@ -213,9 +249,9 @@ func (k *Keeper) settleEarnings(ctx context.Context, run string) ([]store.Transf
 	return ts, res, err
 }
 
-// earningOf reads the account and the credits back from an earnings
-// transfer.
-func earningOf(run string, t store.Transfer) (account string, credits int64, err error) {
+// EarningOf reads the account and the credits back from a transfer of the
+// earnings run run.
+func EarningOf(run string, t store.Transfer) (account string, credits int64, err error) {
 	account, ok := strings.CutPrefix(t.Key, run+"/"+KindPayout+"/")
 	if !ok || account == "" || t.Amount%creditUnits != 0 {
 		return "", 0, fmt.Errorf("keeper: %s is not an earnings payout of %s", t.Key, run)

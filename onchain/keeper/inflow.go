@@ -24,8 +24,10 @@ type Inflow struct {
 	Signature string `json:"signature"`
 	// USDC is base units the treasury received from the source.
 	USDC uint64 `json:"usdc"`
-	// Recorded is false when the transaction was recorded before.
+	// Recorded says this run recorded it (never a dry run); Before that
+	// an earlier run did, and USDC is what it recorded.
 	Recorded bool `json:"recorded"`
+	Before   bool `json:"before"`
 }
 
 // InflowRun is the ledger run that records an inflow's transaction.
@@ -44,8 +46,10 @@ func (k *Keeper) RecordInflow(ctx context.Context, sig solana.Signature, source 
 		var s struct {
 			USDC uint64 `json:"usdc"`
 		}
-		_ = json.Unmarshal([]byte(r.Summary), &s)
-		in.USDC = s.USDC
+		if err := json.Unmarshal([]byte(r.Summary), &s); err != nil {
+			return in, fmt.Errorf("keeper: run %s summary: %w", run, err)
+		}
+		in.USDC, in.Before = s.USDC, true
 		return in, nil
 	} else if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return in, err

@@ -90,6 +90,11 @@ type Keeper struct {
 	// owes beyond what the store knows of (customers' credits and workers'
 	// earnings are counted without it): checked, never split.
 	Reserved uint64
+	// Wallet is the keeper's wallet, which holds the treasury's tokens and
+	// signs: set it to plan (a dry run) without the signing key. Zero
+	// means Exec.Keeper's public key; when both are set they must be the
+	// same wallet (the caller checks).
+	Wallet solana.PublicKey
 }
 
 // Accounts are the store's accounts as the staker perks see them: by id
@@ -172,7 +177,12 @@ type BalanceReader interface {
 }
 
 // keeperPub is the wallet that signs and holds the treasury's tokens.
-func (k *Keeper) keeperPub() solana.PublicKey { return k.Exec.Keeper.PublicKey() }
+func (k *Keeper) keeperPub() solana.PublicKey {
+	if !k.Wallet.IsZero() {
+		return k.Wallet
+	}
+	return k.Exec.Keeper.PublicKey()
+}
 
 // Build is the Builder for every transfer kind.
 func (k *Keeper) Build(ctx context.Context, t store.Transfer) (onchain.Group, error) {
@@ -241,10 +251,18 @@ func payoutMemo(key string) string {
 // RewardsReport is what a rewards run did or would do.
 type RewardsReport struct {
 	Day string `json:"day"`
+	// Sealed says an earlier run fixed the day's plan: Books, Plan,
+	// Stakers and Skipped are then not computed again (zero), and
+	// Transfers are the ledger's.
+	Sealed bool `json:"sealed"`
 	// Books are what the plan was computed and checked from (a sealed
 	// day's are not read again: its plan is fixed).
 	Books *Books     `json:"books,omitempty"`
 	Plan  RewardPlan `json:"plan"`
+	// Stakers are every stake account read, with its matured stake;
+	// Skipped the stakers the split gives nothing, and why.
+	Stakers []Staker `json:"stakers"`
+	Skipped []Skip   `json:"skipped"`
 	// Transfers are the ledger's entries (for a dry run: what would be
 	// recorded).
 	Transfers []store.Transfer `json:"transfers"`
@@ -367,17 +385,22 @@ func (k *Keeper) ReadBooks(ctx context.Context, at time.Time) (Books, error) {
 // PlanRewardsNow reads the chain, the store's books and the ledger's carry
 // and computes the day's plan, writing nothing.
 func (k *Keeper) PlanRewardsNow(ctx context.Context, at time.Time) (RewardPlan, Books, error) {
+	p, b, _, err := k.planRewardsNow(ctx, at)
+	return p, b, err
+}
+
+func (k *Keeper) planRewardsNow(ctx context.Context, at time.Time) (RewardPlan, Books, []stakes.Stake, error) {
 	all, err := stakes.Read(ctx, k.Stakes, k.Config)
 	if err != nil {
-		return RewardPlan{}, Books{}, err
+		return RewardPlan{}, Books{}, nil, err
 	}
 	b, err := k.ReadBooks(ctx, at)
 	if err != nil {
-		return RewardPlan{}, Books{}, err
+		return RewardPlan{}, Books{}, nil, err
 	}
 	p, err := PlanRewards(RewardInputs{At: at, Revenue: b.Revenue, TreasuryUSDC: b.TreasuryUSDC,
 		Liabilities: b.Liabilities, CarriedRewards: b.CarriedRewards, Stakes: all})
-	return p, b, err
+	return p, b, all, err
 }
 
 // Rewards runs (execute) or only plans (dry run) the 15:00 UTC job of at's
@@ -386,12 +409,13 @@ func (k *Keeper) PlanRewardsNow(ctx context.Context, at time.Time) (RewardPlan, 
 func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (RewardsReport, error) {
 	day := Day(at)
 	run := rewardRun(day)
-	rep := RewardsReport{Day: day}
+	rep := RewardsReport{Day: day, Stakers: []Staker{}, Skipped: []Skip{}}
 	existing, err := k.Ledger.GetRun(ctx, run)
 	sealed := err == nil && existing.State != store.RunPlanning
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return rep, err
 	}
+	rep.Sealed = sealed
 	if !sealed {
 		// The carry comes from the last finished day: a day left half-done
 		// must be completed first, or its remainder would be counted twice
@@ -413,11 +437,13 @@ func (k *Keeper) Rewards(ctx context.Context, at time.Time, execute bool) (Rewar
 				return rep, err
 			}
 		}
-		p, b, err := k.PlanRewardsNow(ctx, at)
+		p, b, all, err := k.planRewardsNow(ctx, at)
 		if err != nil {
 			return rep, err
 		}
 		rep.Plan, rep.Books = p, &b
+		rep.Stakers = stakersAt(all, at)
+		rep.Skipped = stakeSkips(rep.Stakers, append(append([]Share{}, p.Rewards...), p.Compound...), nil)
 		rep.Transfers = rewardTransfers(run, k.Config, p)
 		if !execute {
 			return rep, nil
@@ -581,38 +607,75 @@ func (k *Keeper) sealRaw(ctx context.Context, run string, ts []store.Transfer, s
 	return k.Ledger.SealPlan(ctx, run, len(ts), summary, now)
 }
 
-// Payouts pays workers what they are owed in USDC (at or above MinPayout)
-// as the run id, once: the same id never pays twice.
+// PayoutsReport is what a payouts run did or would do.
+type PayoutsReport struct {
+	Run string `json:"run"`
+	// Sealed says an earlier run fixed the plan: Transfers are the
+	// ledger's, and Skipped is not computed again (empty).
+	Sealed    bool             `json:"sealed"`
+	Transfers []store.Transfer `json:"transfers"`
+	// Skipped are those owed whom the run does not pay, and why.
+	Skipped []Skip `json:"skipped"`
+	Result  Result `json:"result"`
+}
+
+// Payouts is PayOwed's transfers and result.
 func (k *Keeper) Payouts(ctx context.Context, id string, owed []Share, execute bool) ([]store.Transfer, Result, error) {
+	rep, err := k.PayOwed(ctx, id, owed, execute)
+	if err != nil {
+		return nil, rep.Result, err
+	}
+	return rep.Transfers, rep.Result, nil
+}
+
+// PayOwed pays workers what they are owed in USDC (at or above MinPayout)
+// as the run id, once: the same id never pays twice. Without execute it
+// only plans, or shows the ledger's plan of a run sealed before.
+func (k *Keeper) PayOwed(ctx context.Context, id string, owed []Share, execute bool) (PayoutsReport, error) {
 	run := "payouts/" + id
-	var ts []store.Transfer
+	rep := PayoutsReport{Run: run, Transfers: []store.Transfer{}, Skipped: []Skip{}}
+	ts := []store.Transfer{}
 	for _, s := range PlanPayouts(owed, MinPayout) {
 		ts = append(ts, store.Transfer{Key: run + "/" + KindPayout + "/" + s.Owner.String(), Seq: len(ts), Kind: KindPayout,
 			Recipient: s.Owner.String(), Mint: k.Config.USDCMint.String(), Amount: int64(s.Amount)})
 	}
-	if !execute {
-		return ts, Result{}, nil
+	for _, s := range owed {
+		if s.Amount < MinPayout {
+			rep.Skipped = append(rep.Skipped, Skip{Wallet: s.Owner.String(), Reason: SkipBelowMinimum, USDC: s.Amount})
+		}
 	}
+	sortSkips(rep.Skipped)
 	r, err := k.Ledger.GetRun(ctx, run)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, Result{}, err
+		return rep, err
 	}
-	if err != nil || r.State == store.RunPlanning {
+	sealed := err == nil && r.State != store.RunPlanning
+	if sealed {
+		rep.Sealed, rep.Skipped = true, []Skip{}
+	}
+	if !execute {
+		if !sealed {
+			rep.Transfers = ts
+			return rep, nil
+		}
+		rep.Transfers, err = k.Ledger.RunTransfers(ctx, run)
+		return rep, err
+	}
+	if !sealed {
 		if err := k.sealRaw(ctx, run, ts, "{}"); err != nil {
-			return nil, Result{}, err
+			return rep, err
 		}
 	}
-	var res Result
 	if r.State != store.RunDone {
-		if res, err = k.Exec.Execute(ctx, run); err != nil {
-			return nil, res, err
+		if rep.Result, err = k.Exec.Execute(ctx, run); err != nil {
+			return rep, err
 		}
 		if err := k.Ledger.FinishRun(ctx, run, nil, k.Exec.now()); err != nil {
-			return nil, res, err
+			return rep, err
 		}
 	}
-	ts, err = k.Ledger.RunTransfers(ctx, run)
-	return ts, res, err
+	rep.Transfers, err = k.Ledger.RunTransfers(ctx, run)
+	return rep, err
 }
 
 // activeWindow is how recent an account's last request that cost
@@ -627,6 +690,15 @@ const resetDays = 7
 // AllowanceReport is what a day's allowance run did or would do.
 type AllowanceReport struct {
 	Day string `json:"day"`
+	// Pool is the day's credits; Cap the most one staker gets (the pool's
+	// CapBasisPoints).
+	Pool           int64 `json:"pool"`
+	CapBasisPoints int64 `json:"cap_bp"`
+	Cap            int64 `json:"cap"`
+	// Stakers are every stake account read, with its matured stake;
+	// Skipped the stakers given no allowance, and why.
+	Stakers []Staker `json:"stakers"`
+	Skipped []Skip   `json:"skipped"`
 	// Shares are the day's allowances, in credits, to the accounts of
 	// active stakers (account id = wallet).
 	Shares []Share `json:"shares"`
@@ -642,7 +714,11 @@ type AllowanceReport struct {
 // today is set to 0. Each account's allowance is set once per day, so a
 // re-run changes nothing.
 func (k *Keeper) Allowance(ctx context.Context, at time.Time, pool, capBP int64, execute bool) (AllowanceReport, error) {
-	rep := AllowanceReport{Day: Day(at), Shares: []Share{}, Reset: []string{}}
+	rep := AllowanceReport{Day: Day(at), Pool: pool, CapBasisPoints: capBP, Shares: []Share{}, Reset: []string{},
+		Stakers: []Staker{}, Skipped: []Skip{}}
+	if pool >= 0 && capBP >= 0 {
+		rep.Cap = pool * capBP / 10_000
+	}
 	if k.Accounts == nil {
 		return rep, errors.New("keeper: the allowance needs the store's accounts")
 	}
@@ -650,16 +726,27 @@ func (k *Keeper) Allowance(ctx context.Context, at time.Time, pool, capBP int64,
 	if err != nil {
 		return rep, err
 	}
+	rep.Stakers = stakersAt(all, at)
 	var readErr error
+	left := map[string]bool{}
+	var skipped []Skip
 	active := func(owner solana.PublicKey) bool {
 		a, err := k.Accounts.GetAccount(ctx, owner.String())
 		if err != nil {
 			if !errors.Is(err, store.ErrNotFound) && readErr == nil {
 				readErr = err
 			}
-			return false // a staker who never signed in has no account to credit
+			// A staker who never signed in has no account to credit.
+			left[owner.String()] = true
+			skipped = append(skipped, Skip{Wallet: owner.String(), Reason: SkipNoAccount})
+			return false
 		}
-		return !a.LastRequest.Before(at.Add(-activeWindow))
+		if a.LastRequest.Before(at.Add(-activeWindow)) {
+			left[owner.String()] = true
+			skipped = append(skipped, Skip{Wallet: owner.String(), Account: a.ID, Reason: SkipInactive, LastRequest: a.LastRequest})
+			return false
+		}
+		return true
 	}
 	shares, err := PlanAllowance(AllowanceInputs{At: at, Stakes: all, Active: active, Pool: pool, CapBasisPoints: capBP})
 	if err == nil {
@@ -669,6 +756,15 @@ func (k *Keeper) Allowance(ctx context.Context, at time.Time, pool, capBP int64,
 		return rep, err
 	}
 	rep.Shares = append(rep.Shares, shares...)
+	matured := map[string]uint64{}
+	for _, s := range rep.Stakers {
+		matured[s.Owner] = s.Matured
+	}
+	for i := range skipped {
+		skipped[i].Stake = matured[skipped[i].Wallet]
+	}
+	rep.Skipped = append(skipped, stakeSkips(rep.Stakers, shares, left)...)
+	sortSkips(rep.Skipped)
 	given := map[string]bool{}
 	for _, s := range shares {
 		given[s.Owner.String()] = true
@@ -720,20 +816,39 @@ type Boost struct {
 	Until   time.Time `json:"until"`
 }
 
-// StakeBoosts reads every stake account and boosts, until the start of the
-// next day plus a grace, each account whose payout wallet has at least min
-// ZERO of matured stake at at. A boost not renewed lapses by itself: an
-// account whose wallet unstaked loses it the next day. Without execute it
-// only lists them.
+// BoostReport is what a day's stake boost run did or would do.
+type BoostReport struct {
+	// Minimum is the matured stake that earns the boost, in ZERO base
+	// units; Until is when the day's boosts end.
+	Minimum uint64    `json:"minimum"`
+	Until   time.Time `json:"until"`
+	Boosts  []Boost   `json:"boosts"`
+	// Skipped are the wallets holding the minimum whose boost reaches no
+	// account: none has them as its payout wallet.
+	Skipped []Skip `json:"skipped"`
+}
+
+// StakeBoosts is StakeBoostReport's boosts.
 func (k *Keeper) StakeBoosts(ctx context.Context, at time.Time, minimum uint64, execute bool) ([]Boost, error) {
+	rep, err := k.StakeBoostReport(ctx, at, minimum, execute)
+	return rep.Boosts, err
+}
+
+// StakeBoostReport reads every stake account and boosts, until the start
+// of the next day plus a grace, each account whose payout wallet has at
+// least minimum ZERO of matured stake at at. A boost not renewed lapses by
+// itself: an account whose wallet unstaked loses it the next day. Without
+// execute it only lists them.
+func (k *Keeper) StakeBoostReport(ctx context.Context, at time.Time, minimum uint64, execute bool) (BoostReport, error) {
+	until := at.UTC().Truncate(24 * time.Hour).Add(24*time.Hour + boostGrace)
+	rep := BoostReport{Minimum: minimum, Until: until, Skipped: []Skip{}}
 	if k.Accounts == nil {
-		return nil, errors.New("keeper: the stake boost needs the store's accounts")
+		return rep, errors.New("keeper: the stake boost needs the store's accounts")
 	}
 	all, err := stakes.Read(ctx, k.Stakes, k.Config)
 	if err != nil {
-		return nil, err
+		return rep, err
 	}
-	until := at.UTC().Truncate(24 * time.Hour).Add(24*time.Hour + boostGrace)
 	var out []Boost
 	for owner, matured := range stakes.Matured(all, at) {
 		if matured < minimum {
@@ -741,20 +856,99 @@ func (k *Keeper) StakeBoosts(ctx context.Context, at time.Time, minimum uint64, 
 		}
 		accounts, err := k.Accounts.AccountsPaidTo(ctx, owner.String())
 		if err != nil {
-			return nil, err
+			return rep, err
+		}
+		if len(accounts) == 0 {
+			rep.Skipped = append(rep.Skipped, Skip{Wallet: owner.String(), Reason: SkipNoAccount, Stake: matured})
 		}
 		for _, a := range accounts {
 			out = append(out, Boost{Wallet: owner.String(), Account: a.ID, Matured: matured, Until: until})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Account < out[j].Account })
+	sortSkips(rep.Skipped)
+	rep.Boosts = out
 	if !execute {
-		return out, nil
+		return rep, nil
 	}
 	for _, b := range out {
 		if err := k.Accounts.SetStakeBoost(ctx, b.Account, b.Until); err != nil {
-			return out, fmt.Errorf("keeper: boost %s: %w", b.Account, err)
+			return rep, fmt.Errorf("keeper: boost %s: %w", b.Account, err)
 		}
 	}
-	return out, nil
+	return rep, nil
+}
+
+// FeeEstimate is what sending a run's transfers would cost the keeper's
+// wallet, packed as the executor would pack them now.
+type FeeEstimate struct {
+	Transactions int    `json:"transactions"`
+	ComputeUnits uint64 `json:"compute_units"`
+	// PriorityFee is the price assumed, in micro-lamports per compute
+	// unit.
+	PriorityFee uint64 `json:"priority_fee"`
+	// Lamports is every transaction's base and priority fees.
+	Lamports uint64 `json:"lamports"`
+	// NewAccounts counts the destination accounts that do not exist yet:
+	// a transfer to one creates it, and the keeper's wallet pays its rent
+	// (not in Lamports).
+	NewAccounts int `json:"new_accounts"`
+	// Unbuilt counts the swaps that could not be built (no swapper): each
+	// is counted as a transaction of its own at swapUnits.
+	Unbuilt int `json:"unbuilt"`
+}
+
+// swapUnits is the compute a PumpSwap buy asks for (pumpswap.Swapper):
+// what an estimate made without a pool assumes.
+const swapUnits = 200_000
+
+// EstimateFees packs the transfers of ts still to send as the executor
+// would, at priorityFee and with tables, and prices them. It reads whether
+// the destination accounts exist, and sends and writes nothing.
+func (k *Keeper) EstimateFees(ctx context.Context, ts []store.Transfer, priorityFee uint64, tables onchain.Tables) (FeeEstimate, error) {
+	est := FeeEstimate{PriorityFee: priorityFee}
+	var todo []store.Transfer
+	for _, t := range ts {
+		if t.State == "" || t.State == store.TransferPlanned || t.State == store.TransferSent {
+			todo = append(todo, t)
+		}
+	}
+	if len(todo) == 0 {
+		return est, nil
+	}
+	if err := k.Prepare(ctx, todo); err != nil {
+		return est, err
+	}
+	var groups []onchain.Group
+	for _, t := range todo {
+		if t.Kind == KindSwap && k.Swap == nil {
+			est.Unbuilt++
+			est.Transactions++
+			est.ComputeUnits += swapUnits
+			est.Lamports += onchain.Fees{ComputeUnits: swapUnits, MicroLamportsPerCU: priorityFee}.LamportsFor(1)
+			continue
+		}
+		g, err := k.Build(ctx, t)
+		if err != nil {
+			return est, fmt.Errorf("keeper: estimate fees: build transfer %s: %w", t.Key, err)
+		}
+		groups = append(groups, g)
+		if a, ok := k.destination(t); ok && !k.existing[a] {
+			est.NewAccounts++
+		}
+	}
+	batches, err := onchain.Pack(k.keeperPub(), groups, onchain.Fees{ComputeUnits: 1, MicroLamportsPerCU: priorityFee}, tables)
+	if err != nil {
+		return est, fmt.Errorf("keeper: estimate fees: pack: %w", err)
+	}
+	for _, b := range batches {
+		var units uint32
+		for _, i := range b {
+			units += groups[i].ComputeUnits
+		}
+		est.Transactions++
+		est.ComputeUnits += uint64(units)
+		est.Lamports += onchain.Fees{ComputeUnits: units, MicroLamportsPerCU: priorityFee}.LamportsFor(1)
+	}
+	return est, nil
 }

@@ -198,11 +198,17 @@ func TestInflowsJoinTheSplit(t *testing.T) {
 	if _, err := k.RecordInflow(ctx, paid, source, true); err == nil {
 		t.Fatal("a customer's payment into the treasury was recorded as revenue")
 	}
+	if in, err := k.RecordInflow(ctx, fees, source, false); err != nil || in != (keeper.Inflow{Signature: fees.String(), USDC: 1_500_000}) {
+		t.Fatalf("dry run before recording: %+v, %v", in, err)
+	}
 	for i, want := range []bool{true, false} {
 		in, err := k.RecordInflow(ctx, fees, source, true)
-		if err != nil || in.USDC != 1_500_000 || in.Recorded != want {
+		if err != nil || in.USDC != 1_500_000 || in.Recorded != want || in.Before == want {
 			t.Fatalf("record %d: %+v, %v; want 1500000 recorded %v", i+1, in, err, want)
 		}
+	}
+	if in, err := k.RecordInflow(ctx, fees, source, false); err != nil || !in.Before || in.Recorded || in.USDC != 1_500_000 {
+		t.Fatalf("dry run after recording: %+v, %v", in, err)
 	}
 	rep, err := k.Rewards(ctx, w.at, false)
 	if err != nil {

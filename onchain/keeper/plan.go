@@ -225,3 +225,100 @@ func PlanPayouts(owed []Share, minimum uint64) []Share {
 
 // Day is the UTC date a run belongs to, as its runs' IDs carry it.
 func Day(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// SkipReason says why a run leaves someone out.
+type SkipReason string
+
+// Skip reasons.
+const (
+	// SkipBelowMinimum: a worker account owed less than MinPayout; its
+	// earnings wait until they reach it.
+	SkipBelowMinimum SkipReason = "below_minimum"
+	// SkipNoPayoutWallet: a worker account with earnings and no payout
+	// wallet (none set, or not an address); they wait for one.
+	SkipNoPayoutWallet SkipReason = "no_payout_wallet"
+	// SkipNoAccount: a staker without an account in the store (it never
+	// signed in), so no allowance or stake boost can reach it.
+	SkipNoAccount SkipReason = "no_account"
+	// SkipInactive: a staker whose account paid for no request in the
+	// allowance's activity window.
+	SkipInactive SkipReason = "inactive"
+	// SkipNotMatured: stake deposited less than stakes.Maturity before
+	// the run: it counts from the day it matures.
+	SkipNotMatured SkipReason = "stake_not_matured"
+	// SkipRoundsToZero: matured stake so small beside the total that its
+	// share, rounded down, is 0.
+	SkipRoundsToZero SkipReason = "share_rounds_to_zero"
+)
+
+// Skip is someone a run leaves out, and why.
+type Skip struct {
+	// Wallet is the staker's, or the payee's, wallet; Account the store
+	// account, where there is one.
+	Wallet  string     `json:"wallet,omitempty"`
+	Account string     `json:"account,omitempty"`
+	Reason  SkipReason `json:"reason"`
+	// Credits is what a worker account is owed (earnings payouts); USDC
+	// what an explicit payout owed, in base units.
+	Credits int64  `json:"credits,omitempty"`
+	USDC    uint64 `json:"usdc,omitempty"`
+	// Stake is a staker's matured stake, or its whole stake when none is
+	// matured, in ZERO base units.
+	Stake uint64 `json:"stake,omitempty"`
+	// LastRequest is an inactive account's last paid request.
+	LastRequest time.Time `json:"last_request,omitzero"`
+}
+
+// Staker is one stake account as a run saw it, in ZERO base units.
+type Staker struct {
+	Owner        string `json:"owner"`
+	Total        uint64 `json:"total"`
+	Matured      uint64 `json:"matured"`
+	Autocompound bool   `json:"autocompound"`
+}
+
+// stakersAt lists every stake with its matured part at at, by owner.
+func stakersAt(all []stakes.Stake, at time.Time) []Staker {
+	out := make([]Staker, 0, len(all))
+	for _, s := range all {
+		out = append(out, Staker{Owner: s.Owner.String(), Total: s.Total, Matured: s.Matured(at), Autocompound: s.Autocompound})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Owner < out[j].Owner })
+	return out
+}
+
+// stakeSkips are the stakers of all that get no share of shares: their
+// stake not matured at at, or their share rounded to 0. Those other names
+// (left out for another reason) are not listed again.
+func stakeSkips(all []Staker, shares []Share, other map[string]bool) []Skip {
+	got := map[string]bool{}
+	for _, s := range shares {
+		got[s.Owner.String()] = true
+	}
+	out := []Skip{}
+	for _, s := range all {
+		switch {
+		case got[s.Owner] || other[s.Owner] || s.Total == 0:
+		case s.Matured == 0:
+			out = append(out, Skip{Wallet: s.Owner, Reason: SkipNotMatured, Stake: s.Total})
+		default:
+			out = append(out, Skip{Wallet: s.Owner, Reason: SkipRoundsToZero, Stake: s.Matured})
+		}
+	}
+	sortSkips(out)
+	return out
+}
+
+// sortSkips orders skips by reason, then wallet, then account: a report
+// lists each reason's together.
+func sortSkips(s []Skip) {
+	sort.SliceStable(s, func(i, j int) bool {
+		if s[i].Reason != s[j].Reason {
+			return s[i].Reason < s[j].Reason
+		}
+		if s[i].Wallet != s[j].Wallet {
+			return s[i].Wallet < s[j].Wallet
+		}
+		return s[i].Account < s[j].Account
+	})
+}

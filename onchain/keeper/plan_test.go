@@ -128,3 +128,22 @@ func TestPlanPayouts(t *testing.T) {
 		t.Fatal("150 credits is $1.50")
 	}
 }
+
+func TestStakeSkips(t *testing.T) {
+	a, b, c, d := solana.PublicKey{1}, solana.PublicKey{2}, solana.PublicKey{3}, solana.PublicKey{4}
+	all := stakersAt([]stakes.Stake{
+		stake(1, false, 100),
+		{Owner: b, Total: 5, Deposits: []zerostaking.Deposit{{Amount: 5, Time: at.Unix()}}}, // deposited now
+		stake(3, false, 1),
+		stake(4, false, 50),
+		{Owner: solana.PublicKey{5}}, // unstaked everything: not listed
+	}, at)
+	if all[1].Owner != b.String() || all[1].Matured != 0 || all[1].Total != 5 {
+		t.Fatalf("stakers %+v", all)
+	}
+	got := stakeSkips(all, []Share{{Owner: a, Amount: 10}}, map[string]bool{d.String(): true})
+	want := []Skip{{Wallet: c.String(), Reason: SkipRoundsToZero, Stake: 1}, {Wallet: b.String(), Reason: SkipNotMatured, Stake: 5}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("skips %+v\nwant  %+v", got, want)
+	}
+}

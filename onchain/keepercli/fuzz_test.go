@@ -20,7 +20,7 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatal(err)
 		}
 		c, err := keepercli.LoadConfig(path)
-		if err == nil && (c.RPCURL == "" || c.Key == "" || c.AllowanceCapBP > 10_000) {
+		if err == nil && (c.RPCURL == "" || c.Key == "" && c.Treasury == "" || c.AllowanceCapBP > 10_000) {
 			t.Fatalf("invalid config accepted: %+v", c)
 		}
 	})

@@ -14,6 +14,12 @@
 // signatureSubscribe, which @solana/web3.js confirms transactions with. It exits when
 // stdin closes, so a test that dies never leaves it running.
 //
+// A landed transaction is "confirmed" at once and "finalized" after the
+// finality delay: 0 by default, as LiteSVM has no consensus; `--finality-ms
+// N` (or svm_setFinalityMs) makes it N ms, as a live cluster's ~13 s, so
+// that a client's confirmation time can be measured. svm_holdFinality holds
+// it back until svm_finalize instead.
+//
 // As a development chain (scripts/dev with C0MPUTE_CHAIN=local):
 //   node server.mjs --dev DIR [--port 8899]
 // also makes a test USDC mint (6 decimals, classic SPL Token), a treasury
@@ -55,6 +61,8 @@ setClock();
 const records = new Map(); // signature → record of a landed transaction
 const airdrops = new Map(); // requestAirdrop's signatures → slot
 let holdFinality = false; // new transactions stay "confirmed" until svm_finalize
+let finalityMs = 0; // how long a landed transaction takes to be finalized
+let dropSends = 0; // the next N sends answer with their signature and never land
 let loseResponses = 0; // the next N sends land but answer with an error
 let hideLanded = 0; // the next N landed transactions stay invisible until svm_reveal
 let priorityFees = [];
@@ -74,7 +82,10 @@ function setClock() {
   if (!e) return;
   e.slot = slot;
   e.hash = blockhash;
-  svm.setSlotHashes([e, ...current].slice(0, 512));
+  // Newest first and only older slots after it, as the programs'
+  // binary search needs: LiteSVM starts with an entry for a slot far
+  // ahead of the harness's, which would break the order.
+  svm.setSlotHashes([e, ...current.filter((h) => h.slot < slot)].slice(0, 512));
 }
 
 class RPCError extends Error {
@@ -218,6 +229,12 @@ function send(b64, cfg = {}) {
       });
     }
   }
+  if (dropSends > 0) {
+    // Accepted, then lost on the way to the leader: it never lands, and
+    // once its blockhash expires it never can.
+    dropSends--;
+    return signature;
+  }
   const preBalances = keys.map((k) => Number(svm.getBalance(k) ?? 0n));
   const preTokenBalances = tokenBalances(keys);
   const res = svm.sendTransaction(tx);
@@ -242,7 +259,8 @@ function send(b64, cfg = {}) {
     blockTime: Number(unixTime),
     wire: wire.toString("base64"),
     version: msg.version === "legacy" ? "legacy" : msg.version,
-    finalized: !holdFinality,
+    // When it counts as finalized (Date.now() ms; Infinity: held).
+    finalizedAt: holdFinality ? Infinity : Date.now() + finalityMs,
     hidden: hideLanded > 0,
     meta: {
       err: err === null ? null : { InstructionError: err },
@@ -261,6 +279,7 @@ function send(b64, cfg = {}) {
   });
   if (hideLanded > 0) hideLanded--;
   setImmediate(notifySignatures);
+  if (!holdFinality && finalityMs > 0) setTimeout(notifySignatures, finalityMs + 1);
   if (loseResponses > 0) {
     loseResponses--;
     throw new RPCError(-32000, "response lost (svm_loseResponses)");
@@ -268,10 +287,29 @@ function send(b64, cfg = {}) {
   return signature;
 }
 
+// setAccount writes an account as svm_setAccount is given it: pubkey,
+// owner, base64 data, and optionally lamports (default: rent-exempt) and
+// executable.
+function setAccount(a) {
+  const data = Buffer.from(a.data ?? "", "base64");
+  svm.setAccount({
+    address: a.pubkey,
+    lamports: BigInt(a.lamports ?? svm.minimumBalanceForRentExemption(BigInt(data.length))),
+    programAddress: a.owner,
+    data: new Uint8Array(data),
+    executable: !!a.executable,
+    space: BigInt(data.length),
+  });
+}
+
+function finalized(r) {
+  return Date.now() >= r.finalizedAt;
+}
+
 function visible(sig, commitment) {
   const r = records.get(sig);
   if (!r || r.hidden) return null;
-  if (commitment === "finalized" && !r.finalized) return null;
+  if (commitment === "finalized" && !finalized(r)) return null;
   return r;
 }
 
@@ -336,10 +374,10 @@ const methods = {
       if (!r) return null;
       return {
         slot: r.slot,
-        confirmations: r.finalized ? null : 1,
+        confirmations: finalized(r) ? null : 1,
         err: r.meta.err,
         status: r.meta.status,
-        confirmationStatus: r.finalized ? "finalized" : "confirmed",
+        confirmationStatus: finalized(r) ? "finalized" : "confirmed",
       };
     }),
   }),
@@ -356,7 +394,7 @@ const methods = {
       if (sig === cfg.until) break;
       if (!r.named.has(addr) || !visible(sig, cfg.commitment ?? "finalized")) continue;
       out.push({ signature: sig, slot: r.slot, err: r.meta.err, memo: null, blockTime: r.blockTime,
-        confirmationStatus: r.finalized ? "finalized" : "confirmed" });
+        confirmationStatus: finalized(r) ? "finalized" : "confirmed" });
       if (out.length >= limit) break;
     }
     return out;
@@ -376,20 +414,12 @@ const methods = {
     if (r && typeof r.err === "function") throw new RPCError(-32000, `airdrop failed: ${String(r.err())}`);
     return true;
   },
-  svm_setAccount: ([a]) => {
-    const data = Buffer.from(a.data ?? "", "base64");
-    svm.setAccount({
-      address: a.pubkey,
-      lamports: BigInt(a.lamports ?? svm.minimumBalanceForRentExemption(BigInt(data.length))),
-      programAddress: a.owner,
-      data: new Uint8Array(data),
-      executable: !!a.executable,
-      space: BigInt(data.length),
-    });
-    return true;
-  },
+  svm_setAccount: ([a]) => { setAccount(a); return true; },
+  svm_setAccounts: ([as]) => { for (const a of as) setAccount(a); return true; },
   svm_holdFinality: ([on]) => { holdFinality = !!on; return true; },
-  svm_finalize: () => { for (const r of records.values()) r.finalized = true; setImmediate(notifySignatures); return true; },
+  svm_finalize: () => { for (const r of records.values()) r.finalizedAt = 0; setImmediate(notifySignatures); return true; },
+  svm_setFinalityMs: ([ms]) => { finalityMs = Math.max(0, Number(ms) || 0); return true; },
+  svm_dropSends: ([n]) => { dropSends = n; return true; },
   svm_loseResponses: ([n]) => { loseResponses = n; return true; },
   svm_hideLanded: ([n]) => { hideLanded = n; return true; },
   svm_reveal: () => { for (const r of records.values()) r.hidden = false; setImmediate(notifySignatures); return true; },
@@ -446,7 +476,7 @@ function signatureReached(sig, commitment) {
   if (airdrops.has(sig)) return { slot: airdrops.get(sig), err: null };
   const r = visible(sig);
   if (!r) return null;
-  if (commitment === "finalized" && !r.finalized) return null;
+  if (commitment === "finalized" && !finalized(r)) return null;
   return { slot: r.slot, err: r.meta.err };
 }
 
@@ -501,6 +531,7 @@ const flag = (name) => {
 };
 const devDir = flag("--dev");
 const port = Number(flag("--port") ?? 0);
+finalityMs = Math.max(0, Number(flag("--finality-ms") ?? 0) || 0);
 const devAccounts = devDir ? await devSetup(devDir) : {};
 server.listen(port, "127.0.0.1", () => {
   const httpPort = server.address().port;

@@ -133,6 +133,39 @@ func (h *Harness) SetAccount(t testing.TB, addr, owner solana.PublicKey, data []
 	})
 }
 
+// Account is an account to write with SetAccounts.
+type Account struct {
+	Address, Owner solana.PublicKey
+	Data           []byte
+}
+
+// SetAccounts writes accounts as they are, in one call (SetAccount for
+// many: thousands of stake accounts in a benchmark).
+func (h *Harness) SetAccounts(t testing.TB, as []Account) {
+	t.Helper()
+	const chunk = 2000 // keeps each request a few hundred kB
+	for i := 0; i < len(as); i += chunk {
+		var batch []map[string]any
+		for _, a := range as[i:min(i+chunk, len(as))] {
+			batch = append(batch, map[string]any{
+				"pubkey": a.Address.String(), "owner": a.Owner.String(), "data": base64.StdEncoding.EncodeToString(a.Data),
+			})
+		}
+		h.Call(t, "svm_setAccounts", batch)
+	}
+}
+
+// SetFinality makes transactions that land from now on finalized d after
+// they land (confirmed at once), as a live cluster's ~13 s; 0, the
+// default, finalizes them at once.
+func (h *Harness) SetFinality(t testing.TB, d time.Duration) {
+	h.Call(t, "svm_setFinalityMs", d.Milliseconds())
+}
+
+// DropSends makes the next n sends that pass preflight answer with their
+// signature and never land, as a transaction lost on its way to the leader.
+func (h *Harness) DropSends(t testing.TB, n int) { h.Call(t, "svm_dropSends", n) }
+
 // HoldFinality keeps new transactions "confirmed" (not finalized) until
 // Finalize.
 func (h *Harness) HoldFinality(t testing.TB, on bool) { h.Call(t, "svm_holdFinality", on) }

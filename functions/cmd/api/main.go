@@ -23,6 +23,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
 	"github.com/c0mpute/c0mpute/functions/listener"
+	"github.com/c0mpute/c0mpute/functions/metrics"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/siws"
@@ -93,9 +94,13 @@ func setup(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Metrics go to stdout as EMF records, one a line, which CloudWatch
+	// Logs turns into metrics.
+	emf := metrics.FromEnv(os.Stdout)
 	a, err := api.New(api.Config{Store: d.Store, Dispatcher: dispatch.New(d.Store, d.Conns, log), Connections: d.Conns,
 		Relay: lis, Catalog: d.Catalog, Tickets: relaymsg.NewTicketer(cfg.ListenerSecret), SignIn: signIn,
-		CORSOrigins: cfg.CORSOrigins, Deposits: deposits, TopUps: topUps, Staking: staking, Limits: limits, Log: log})
+		CORSOrigins: cfg.CORSOrigins, Deposits: deposits, TopUps: topUps, Staking: staking, Limits: limits, Log: log,
+		Metrics: emf})
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +123,11 @@ func setup(ctx context.Context) (http.Handler, error) {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := lis.Check(r.Context()); err != nil {
 			log.Error("relay listener unavailable", "err", err)
+			// Answered here, before the API: counted as it counts its
+			// own error answers.
+			emf.Put([]metrics.Dim{{Name: "Code", Value: oaiwire.ErrNoWorker.Code}},
+				metrics.Metric{Name: metrics.Errors, Unit: metrics.UnitCount, Value: 1})
+			emf.Put(nil, metrics.Metric{Name: metrics.ServerErrors, Unit: metrics.UnitCount, Value: 1})
 			oaiwire.WriteError(w, oaiwire.ErrNoWorker)
 			return
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/dispatch"
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
+	"github.com/c0mpute/c0mpute/functions/metrics"
 	"github.com/c0mpute/c0mpute/functions/relayroutes"
 )
 
@@ -38,6 +39,9 @@ func setup(ctx context.Context) (*relayroutes.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Metrics go to stdout as EMF records, one a line, which CloudWatch
+	// Logs turns into metrics.
 	return &relayroutes.Handler{Store: d.Store, Post: d.Conns, Dispatch: dispatch.New(d.Store, d.Conns, d.Log),
-		Catalog: d.Catalog, ListenerSecret: cfg.ListenerSecret, BatchWindow: cfg.BatchWindow, Log: d.Log}, nil
+		Catalog: d.Catalog, ListenerSecret: cfg.ListenerSecret, BatchWindow: cfg.BatchWindow, Log: d.Log,
+		Metrics: metrics.FromEnv(os.Stdout)}, nil
 }

@@ -123,8 +123,65 @@ func TestResetConnectionsFreesTokenSlots(t *testing.T) {
 	if ws, err := s.Workers(bg); err != nil || len(ws) != 0 {
 		t.Fatalf("workers after reset: %v, %v", ws, err)
 	}
+	if st, err := s.Stats(bg, t0); err != nil || st.WorkersOnline != 0 {
+		t.Fatalf("stats after reset: %+v, %v; want no worker online", st, err)
+	}
 	for i := range 2 {
 		wantConnect(t, s, fmt.Sprint("new", i), nil)
 	}
 	wantConnect(t, s, "new2", store.ErrLimit)
+	if st, err := s.Stats(bg, t0); err != nil || st.WorkersOnline != 2 {
+		t.Fatalf("stats after reconnecting: %+v, %v; want 2 workers online", st, err)
+	}
+}
+
+// TestOnlineCountsFollowRecordExpiry: a worker whose $disconnect never
+// came stops counting once its record's bucket has passed, as every other
+// reader stops seeing it when the record expires; one that disconnects
+// after its record expired is counted down all the same.
+func TestOnlineCountsFollowRecordExpiry(t *testing.T) {
+	c := dynamotest.Client(t)
+	table := dynamotest.Table(t, c)
+	now := t0
+	s := dynamo.New(c, table, dynamo.WithClock(func() time.Time { return now }))
+	for _, conn := range []string{"lost", "kept"} {
+		if err := s.PutWorker(bg, store.Worker{Conn: conn, AccountID: "wa", Pubkey: "pk-" + conn}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RegisterWorker(bg, conn, []string{"m1"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		after time.Duration
+		want  int64
+	}{
+		{0, 2},
+		{2 * time.Hour, 2}, // API Gateway has closed both by now; their records live on
+		{5 * time.Hour, 0}, // past the records' expiry and its bucket
+	} {
+		now = t0.Add(tc.after)
+		st, err := s.Stats(bg, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.WorkersOnline != tc.want || st.WorkersByModel["m1"] != tc.want {
+			t.Errorf("%v after connecting: %+v, want %d online", tc.after, st, tc.want)
+		}
+	}
+	// The late disconnect of an expired record leaves the counts as they
+	// are (its bucket is no longer read).
+	if _, err := s.DeleteWorker(bg, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Stats(bg, now); err != nil || st.WorkersOnline != 0 || len(st.WorkersByModel) != 0 {
+		t.Errorf("after a late disconnect: %+v, %v", st, err)
+	}
+	// And a worker connecting now counts from now.
+	if err := s.PutWorker(bg, store.Worker{Conn: "new", AccountID: "wa", Pubkey: "pk-new"}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Stats(bg, now); err != nil || st.WorkersOnline != 1 {
+		t.Errorf("after a new connect: %+v, %v", st, err)
+	}
 }

@@ -30,9 +30,11 @@ const (
 	sConn     = "CONN#"   // <TOKEN#hash> / CONN#<conn>: live workers on a token
 	sLive     = "LIVE"    // <TOKEN#hash> / LIVE: how many, for the per-token cap
 	pListener = "LISTENER#"
-	pStats    = "STATS#" // STATS#<shard> / TOTAL, MIN#<minute>
+	pStats    = "STATS#" // STATS#<shard> / TOTAL, MIN#<minute>, QUEUE, ONLINE#<bucket>
 	sTotal    = "TOTAL"
 	sMinute   = "MIN#"
+	sQueued   = "QUEUE"    // STATS#<shard> / QUEUE: queued jobs by model
+	sOnline   = "ONLINE#"  // STATS#<shard> / ONLINE#<bucket>: connected and registered workers whose records expire in the bucket
 	sIdentity = "IDENT#"   // ACCT#<id> / IDENT#<pubkey>: a worker identity's reputation
 	sTokenRep = "STANDING" // <TOKEN#hash> / STANDING: the token's strikes and standing
 	pVerdict  = "VERDICT#" // VERDICT#<job>#<pubkey> / VERDICT: a verdict applied, kept forever

@@ -129,7 +129,7 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 			charge += ", #last_request = :created"
 			chargeNames["#"+aLastReq], v[":created"] = aLastReq, num(nanos(job.Created))
 		}
-		err = s.transact(ctx, s.withEntry([]types.TransactWriteItem{
+		items := s.withEntry([]types.TransactWriteItem{
 			admitKey: s.chargeKeyItem(r.KeyHash, accountID, job, spend),
 			admitJob: {Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
 			admitKeyRate: {Update: &types.Update{TableName: s.tableName(), Key: keyWindow.av(),
@@ -145,7 +145,10 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 				ExpressionAttributeNames:            chargeNames,
 				ExpressionAttributeValues:           v,
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-		}, store.ChargeEntry(job)))
+		}, store.ChargeEntry(job))
+		// Queued: counted in the same write, after the items above, whose
+		// indexes the cancellation reasons follow.
+		err = s.transact(ctx, append(items, s.queueCountItem(job, 1)))
 		var tf *txFailed
 		if !errors.As(err, &tf) {
 			if err != nil {
@@ -349,6 +352,7 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 				ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount, aPubkey, schema.TTL),
 				ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(jobID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(who.account), ":pk": str(who.pubkey), ":now": num(ttl(s.now()))},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+			s.queueCountItem(job, -1), // out of the queue, once: the job's condition
 		})
 		var tf *txFailed
 		if !errors.As(err, &tf) {
@@ -464,7 +468,7 @@ func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time)
 		if freeWorker {
 			items = append(items, s.freeItem(worker, jobID, 0))
 		}
-		err := s.transact(ctx, items)
+		err := s.transact(ctx, append(items, s.queueCountItem(job, 1)))
 		var tf *txFailed
 		if !errors.As(err, &tf) {
 			if err != nil {
@@ -759,6 +763,9 @@ func (s *Store) Fail(ctx context.Context, jobID, reason string, refund bool, at 
 			items = s.withMoney(items, jobID, store.Money{Recognized: job.Paid()})
 		case job.State == store.JobFailed && refundAt >= 0:
 			items = s.withMoney(items, jobID, store.Money{Recognized: -job.Paid()})
+		}
+		if job.State == store.JobQueued {
+			items = append(items, s.queueCountItem(job, -1))
 		}
 		err := s.transact(ctx, items)
 		var tf *txFailed

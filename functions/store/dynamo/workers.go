@@ -91,6 +91,11 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 		if err != nil {
 			return fail(err)
 		}
+		// Counted online in the same write: the put's condition lets it
+		// through once.
+		if c := s.onlineCountItem(w.Conn, ttl(now.Add(connectionTTL)), 1, registeredDeltas(w.Registered, w.Models, 1, nil)); c != nil {
+			items = append(items, *c)
+		}
 		err = s.transact(ctx, items)
 		var tf *txFailed
 		switch {
@@ -247,15 +252,22 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 		return fail(err)
 	}
 	for try := 0; ; try++ {
+		oldModels, err := marshalList(it.Models)
+		if err != nil {
+			return fail(err)
+		}
 		v := values{":models": list, ":t": boolean(true), ":token": str(it.TokenHash),
-			":state": str(it.State), ":job": str(it.Job), ":draining": boolean(it.Draining), ":speed": num(it.Speed)}
+			":state": str(it.State), ":job": str(it.Job), ":draining": boolean(it.Draining), ":speed": num(it.Speed),
+			":was_registered": boolean(it.Registered), ":old_models": oldModels}
 		if capsValue != nil {
 			v[":caps"] = capsValue
 		}
+		// The registration and models as read are conditions too: the
+		// counts change from them to the new ones in the same write.
 		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
 			UpdateExpression: aws.String(update),
 			ConditionExpression: aws.String("attribute_exists(pk) AND #token_hash = :token AND #state = :state AND #job = :job" +
-				" AND #draining = :draining AND #milli_tok_per_sec = :speed"),
+				" AND #draining = :draining AND #milli_tok_per_sec = :speed AND #registered = :was_registered AND #models = :old_models"),
 			ExpressionAttributeNames:            names(aModels, aReg, aCaps, aTokenHash, aState, aJob, aDraining, aSpeed),
 			ExpressionAttributeValues:           v,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
@@ -267,7 +279,11 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 				Key: workerTokens.hashKey(it.TokenHash).av(), ConditionExpression: aws.String("attribute_not_exists(#revoked)"),
 				ExpressionAttributeNames: names(aRevoked)}})
 		}
-		err := s.transact(ctx, items)
+		deltas := registeredDeltas(true, models, 1, registeredDeltas(it.Registered, it.Models, -1, nil))
+		if c := s.onlineCountItem(conn, it.TTL, 0, deltas); c != nil {
+			items = append(items, *c)
+		}
+		err = s.transact(ctx, items)
 		var tf *txFailed
 		switch {
 		case err == nil:
@@ -364,10 +380,16 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 	}
 	countDown := true
 	for try := 0; ; try++ {
+		models, err := marshalList(it.Models)
+		if err != nil {
+			return fail(err)
+		}
+		// The registration and models read are conditions, as the
+		// online counts go down by them in the same write.
 		items := []types.TransactWriteItem{{Delete: &types.Delete{TableName: s.tableName(), Key: workerKey(conn).av(),
-			ConditionExpression:                 aws.String("#state = :state AND #job = :job"),
-			ExpressionAttributeNames:            names(aState, aJob),
-			ExpressionAttributeValues:           values{":state": str(it.State), ":job": str(it.Job)},
+			ConditionExpression:                 aws.String("#state = :state AND #job = :job AND #registered = :registered AND #models = :models"),
+			ExpressionAttributeNames:            names(aState, aJob, aReg, aModels),
+			ExpressionAttributeValues:           values{":state": str(it.State), ":job": str(it.Job), ":registered": boolean(it.Registered), ":models": models},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
 		switch {
 		case it.TokenHash != "" && countDown:
@@ -385,7 +407,13 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 			items = append(items, types.TransactWriteItem{Delete: &types.Delete{TableName: s.tableName(),
 				Key: tokenConnKey(it.TokenHash, conn).av()}})
 		}
-		err := s.transact(ctx, items)
+		// Counted down even when the record expired: its bucket is no
+		// longer read by then, or, within its last hour, the count is
+		// right again.
+		if c := s.onlineCountItem(conn, it.TTL, -1, registeredDeltas(it.Registered, it.Models, -1, nil)); c != nil {
+			items = append(items, *c)
+		}
+		err = s.transact(ctx, items)
 		var tf *txFailed
 		if !errors.As(err, &tf) {
 			if err != nil {
@@ -590,8 +618,9 @@ func (s *Store) DeleteListener(ctx context.Context, conn string) error {
 // ResetConnections is for a gateway whose relay just started, so that no
 // connection from before exists: the dev runner on DynamoDB. It deletes
 // every worker and listener record, with the tokens' connection entries and
-// live counts, and fails, with a refund, every job left queued or assigned
-// (their prompts lived in the memory of the process that stopped). It scans
+// live counts, fails, with a refund, every job left queued or assigned
+// (their prompts lived in the memory of the process that stopped), and
+// starts the queue and online counts (Stats) from zero. It scans
 // the whole table; never call it in AWS, where relay connections outlive
 // any one function instance.
 func (s *Store) ResetConnections(ctx context.Context, reason string, now time.Time) error {
@@ -641,6 +670,31 @@ func (s *Store) ResetConnections(ctx context.Context, reason string, now time.Ti
 	for _, k := range stale {
 		if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.tableName(), Key: k.av()}); err != nil {
 			return fmt.Errorf("dynamo: reset connections: %w", err)
+		}
+	}
+	return s.resetCounts(ctx)
+}
+
+// resetCounts deletes the queue and online count items, for
+// ResetConnections once no job is queued and no worker connected: the
+// counts start from zero, and a table from before they were kept (whose
+// jobs failed just now were never counted in) starts right too.
+func (s *Store) resetCounts(ctx context.Context) error {
+	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{TableName: s.tableName(),
+		FilterExpression:          aws.String("begins_with(pk, :stats) AND (sk = :queue OR begins_with(sk, :online))"),
+		ExpressionAttributeValues: values{":stats": str(pStats), ":queue": str(sQueued), ":online": str(sOnline)},
+		ProjectionExpression:      aws.String("pk, sk"),
+		ConsistentRead:            aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("dynamo: reset counts: %w", err)
+		}
+		for _, item := range page.Items {
+			if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: s.tableName(),
+				Key: map[string]types.AttributeValue{schema.PK: item[schema.PK], schema.SK: item[schema.SK]}}); err != nil {
+				return fmt.Errorf("dynamo: reset counts: %w", err)
+			}
 		}
 	}
 	return nil

@@ -139,6 +139,9 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 			return err
 		}
 		adm = store.Admission{Job: job, KeyRequests: keyCount + 1, AccountRequests: accountCount + 1}
+		if err := countQueued(tx, job, 1); err != nil {
+			return err
+		}
 		return tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil)
 	})
 	if err != nil {
@@ -252,6 +255,9 @@ func (s *Store) Assign(ctx context.Context, jobID, worker string, at time.Time) 
 		if err := tx.Bucket(bQueue).Delete(queueKey(job.Model, job.Created, job.ID)); err != nil {
 			return err
 		}
+		if err := countQueued(tx, job, -1); err != nil {
+			return err
+		}
 		if err := tx.Bucket(bAssigned).Put([]byte(job.ID), nil); err != nil {
 			return err
 		}
@@ -295,6 +301,9 @@ func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time)
 			return err
 		}
 		if err := tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil); err != nil {
+			return err
+		}
+		if err := countQueued(tx, job, 1); err != nil {
 			return err
 		}
 		job.State = store.JobQueued
@@ -477,6 +486,9 @@ func failJob(tx *bolt.Tx, jobID, reason string, refund bool, at time.Time) (stor
 		if err := tx.Bucket(bQueue).Delete(queueKey(job.Model, job.Created, job.ID)); err != nil {
 			return store.Job{}, err
 		}
+		if err := countQueued(tx, job, -1); err != nil {
+			return store.Job{}, err
+		}
 	case store.JobAssigned:
 		if err := freeWorker(tx, job.Worker, job.ID, 0); err != nil {
 			return store.Job{}, err
@@ -548,43 +560,38 @@ func refundKey(tx *bolt.Tx, job store.Job) error {
 	return putJSON(keys, []byte(job.KeyHash), key)
 }
 
-// Stats implements store.Store. It scans workers and the queue index, which
-// stay small (live connections, waiting jobs); the totals are counters.
+// Stats implements store.Store from counters: those that Admit, Assign,
+// Requeue and Fail keep of the queue, those that PutWorker,
+// RegisterWorker and DeleteWorker keep of the workers, and the completion
+// totals. A model without queued jobs or registered workers is left out.
 func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 	st := store.Stats{WorkersByModel: map[string]int64{}, QueueByModel: map[string]int64{}}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		err := tx.Bucket(bWorkers).ForEach(func(k, v []byte) error {
-			var w store.Worker
-			if err := decode(k, v, &w); err != nil {
+		counters := tx.Bucket(bCounters)
+		for _, c := range []struct {
+			key []byte
+			to  map[string]int64
+		}{{cRegistered, st.WorkersByModel}, {cQueued, st.QueueByModel}} {
+			var counts map[string]int64
+			if _, err := getJSON(counters, c.key, &counts); err != nil {
 				return err
 			}
-			if w.Registered {
-				for _, m := range w.Models {
-					st.WorkersByModel[m]++
+			for m, n := range counts {
+				if n > 0 {
+					c.to[m] = n
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-		err = tx.Bucket(bQueue).ForEach(func(k, _ []byte) error {
-			model, _ := splitQueueKey(k)
-			st.QueueByModel[model]++
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		counters := tx.Bucket(bCounters)
-		if _, err := getJSON(counters, cJobsCompleted, &st.JobsCompleted); err != nil {
-			return err
-		}
-		if _, err := getJSON(counters, cTokensServed, &st.TokensServed); err != nil {
-			return err
+		for _, c := range []struct {
+			key []byte
+			to  *int64
+		}{{cConnected, &st.WorkersOnline}, {cJobsCompleted, &st.JobsCompleted}, {cTokensServed, &st.TokensServed}} {
+			if _, err := getJSON(counters, c.key, c.to); err != nil {
+				return err
+			}
 		}
 		lastFull := now.Truncate(time.Minute).Add(-time.Minute)
-		_, err = getJSON(tx.Bucket(bTokenMinutes), timeKey(lastFull), &st.TokensLastMinute)
+		_, err := getJSON(tx.Bucket(bTokenMinutes), timeKey(lastFull), &st.TokensLastMinute)
 		return err
 	})
 	if err != nil {

@@ -80,6 +80,13 @@ var (
 	cNewestWindow  = []byte("newest_rate_window")
 	// cMoney holds the store.Money totals.
 	cMoney = []byte("money")
+	// cQueued counts queued jobs by model, cRegistered registered
+	// workers by model they serve, and cConnected connected workers: Stats
+	// reads them instead of the records. Each changes in the transaction
+	// that changes the state it counts.
+	cQueued     = []byte("queued_by_model")
+	cRegistered = []byte("registered_by_model")
+	cConnected  = []byte("workers_connected")
 )
 
 const (
@@ -119,6 +126,7 @@ var _ store.Store = (*Store)(nil)
 
 type options struct {
 	noSync   bool
+	readOnly bool
 	maxConns int
 }
 
@@ -129,6 +137,13 @@ type Option func(*options)
 // lose recent commits, so it is for tests and benchmarks only.
 func WithNoSync() Option { return func(o *options) { o.noSync = true } }
 
+// ReadOnly opens an existing store for reading only, as a keeper's dry run
+// does: the file is neither created nor changed (Open resets nothing, and
+// every write fails with bolt's ErrDatabaseReadOnly). Other readers may
+// hold the file at the same time; a process holding it open for writing
+// (a running gateway) makes Open fail after a short wait.
+func ReadOnly() Option { return func(o *options) { o.readOnly = true } }
+
 // WithMaxConnsPerToken sets the most live workers one worker token may
 // hold [store.MaxConnsPerToken], for tests and benchmarks that need another
 // cap; n must be at least 1.
@@ -137,7 +152,7 @@ func WithMaxConnsPerToken(n int) Option { return func(o *options) { o.maxConns =
 // Open opens (creating if needed) the store at path. It deletes every worker
 // and listener record and fails with a refund every queued or assigned job:
 // those belonged to connections and in-memory prompts of a process that is
-// gone.
+// gone. With ReadOnly it does neither, and the file must exist.
 func Open(path string, opts ...Option) (*Store, error) {
 	o := options{maxConns: store.MaxConnsPerToken}
 	for _, opt := range opts {
@@ -146,11 +161,29 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if o.maxConns < 1 {
 		return nil, fmt.Errorf("embedded: open %s: max connections per token %d, want at least 1", path, o.maxConns)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout, NoSync: o.noSync})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout, NoSync: o.noSync, ReadOnly: o.readOnly})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("embedded: open %s: another process holds it (a running gateway or keeper?): %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", path, err)
 	}
 	s := &Store{db: db, now: time.Now, maxConns: o.maxConns}
+	if o.readOnly {
+		// Reads assume every bucket exists (Open creates them): a file
+		// without them is not a store this code can read.
+		if err := db.View(func(tx *bolt.Tx) error {
+			for _, name := range allBuckets {
+				if tx.Bucket(name) == nil {
+					return fmt.Errorf("no %s bucket: not a c0mpute store, or one never opened for writing", name)
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, errors.Join(fmt.Errorf("embedded: open %s read-only: %w", path, err), db.Close())
+		}
+		return s, nil
+	}
 	if err := db.Update(func(tx *bolt.Tx) error { return s.reset(tx, time.Now()) }); err != nil {
 		return nil, errors.Join(fmt.Errorf("embedded: open %s: %w", path, err), db.Close())
 	}
@@ -191,6 +224,14 @@ func (s *Store) reset(tx *bolt.Tx, now time.Time) error {
 		}
 		if _, err := tx.CreateBucket(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	// No job is queued and no worker connected now: the counts start from
+	// zero (which also starts them right on a file from before they were
+	// kept).
+	for _, name := range [][]byte{cQueued, cRegistered, cConnected} {
+		if err := tx.Bucket(bCounters).Delete(name); err != nil {
+			return fmt.Errorf("clear counter %s: %w", name, err)
 		}
 	}
 	return nil
@@ -253,6 +294,52 @@ func addCounter(b *bolt.Bucket, key []byte, delta int64) error {
 		return err
 	}
 	return putJSON(b, key, n+delta)
+}
+
+// addByModel adds delta to the count of each of models under the counter
+// key, once per distinct model; a count that reaches zero is dropped.
+func addByModel(tx *bolt.Tx, key []byte, delta int64, models ...string) error {
+	if delta == 0 || len(models) == 0 {
+		return nil
+	}
+	b := tx.Bucket(bCounters)
+	counts := map[string]int64{}
+	if _, err := getJSON(b, key, &counts); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(models))
+	for _, m := range models {
+		if seen[m] {
+			continue
+		}
+		seen[m] = true
+		if counts[m] += delta; counts[m] == 0 {
+			delete(counts, m)
+		}
+	}
+	return putJSON(b, key, counts)
+}
+
+// countWorker counts a worker record in (delta 1) or out (-1): connected,
+// and, registered, under each model it serves.
+func countWorker(tx *bolt.Tx, w store.Worker, delta int64) error {
+	if err := addCounter(tx.Bucket(bCounters), cConnected, delta); err != nil {
+		return err
+	}
+	return countRegistered(tx, w, delta)
+}
+
+// countRegistered counts a registered worker's models in or out.
+func countRegistered(tx *bolt.Tx, w store.Worker, delta int64) error {
+	if !w.Registered {
+		return nil
+	}
+	return addByModel(tx, cRegistered, delta, w.Models...)
+}
+
+// countQueued counts a job into (1) or out of (-1) its model's queue.
+func countQueued(tx *bolt.Tx, j store.Job, delta int64) error {
+	return addByModel(tx, cQueued, delta, j.Model)
 }
 
 // addMoney adds d to the store.Money totals.

@@ -101,8 +101,8 @@ func TestReopenDropsConnectionsAndRefundsInFlightJobs(t *testing.T) {
 	if a, _ := s.GetAccount(ctx, "wa"); a.Earned != 7 {
 		t.Errorf("worker account after reopen: %+v", a)
 	}
-	if st, _ := s.Stats(ctx, t0); st.JobsCompleted != 1 || len(st.QueueByModel) != 0 {
-		t.Errorf("stats after reopen: %+v", st)
+	if st, _ := s.Stats(ctx, t0); st.JobsCompleted != 1 || len(st.QueueByModel) != 0 || st.WorkersOnline != 0 || len(st.WorkersByModel) != 0 {
+		t.Errorf("stats after reopen: %+v, want the completion and no queue or workers", st)
 	}
 	// Reopening again changes nothing more: the refunds happened once.
 	must(t, s.Close())

@@ -84,6 +84,9 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 				return err
 			}
 		}
+		if err := countWorker(tx, w, 1); err != nil {
+			return err
+		}
 		return putJSON(b, []byte(w.Conn), w)
 	})
 	if err != nil {
@@ -105,9 +108,16 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 		if err := revokedToken(tx, w.TokenHash); err != nil {
 			return err
 		}
+		// A registration replaces the models of one before it.
+		if err := countRegistered(tx, w, -1); err != nil {
+			return err
+		}
 		w.Models = append([]string(nil), models...)
 		w.Caps = store.RegisteredCaps(models, caps)
 		w.Registered = true
+		if err := countRegistered(tx, w, 1); err != nil {
+			return err
+		}
 		return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
 	})
 	if err != nil {
@@ -174,6 +184,9 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 			if err := tx.Bucket(bWorkersByToken).Delete(tokenConnKey(w.TokenHash, conn)); err != nil {
 				return err
 			}
+		}
+		if err := countWorker(tx, w, -1); err != nil {
+			return err
 		}
 		return tx.Bucket(bWorkers).Delete([]byte(conn))
 	})

@@ -262,13 +262,13 @@ var listenerTests = []test{
 	}},
 }
 
-var statsTests = []test{
+var statsTests = append([]test{
 	{"Empty", func(t *testing.T, f *fixture) {
 		st, err := f.s.Stats(f.ctx, base)
 		if err != nil {
 			t.Fatalf("Stats: %v", err)
 		}
-		if len(st.WorkersByModel) != 0 || len(st.QueueByModel) != 0 || st.JobsCompleted != 0 ||
+		if st.WorkersOnline != 0 || len(st.WorkersByModel) != 0 || len(st.QueueByModel) != 0 || st.JobsCompleted != 0 ||
 			st.TokensServed != 0 || st.TokensLastMinute != 0 {
 			t.Errorf("stats of an empty store %+v", st)
 		}
@@ -331,6 +331,9 @@ var statsTests = []test{
 			if st.TokensLastMinute != tc.last {
 				t.Errorf("TokensLastMinute at %v: %d, want %d", tc.now.Format(time.TimeOnly), st.TokensLastMinute, tc.last)
 			}
+			if st.WorkersOnline != 4 {
+				t.Errorf("WorkersOnline %d, want 4 (one unregistered)", st.WorkersOnline)
+			}
 			if st.JobsCompleted != 5 || st.TokensServed != 1160 {
 				t.Errorf("completed %d, served %d; want 5, 1160", st.JobsCompleted, st.TokensServed)
 			}
@@ -342,4 +345,4 @@ var statsTests = []test{
 			}
 		}
 	}},
-}
+}, countTests...)
