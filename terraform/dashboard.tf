@@ -20,7 +20,7 @@ locals {
     { title = "Keeper transactions and fees (lamports)", stat = "Sum", metrics = [[local.ns, "KeeperTransactions"], [local.ns, "KeeperFeesLamports"]] },
     { title = "Treasury SOL (lamports)", stat = "Minimum", metrics = [[local.ns, "TreasuryLamports"]] },
     { title = "Treasury USDC (base units)", stat = "Minimum", metrics = [[local.ns, "TreasuryUSDC"]] },
-    { title = "Lambda errors and throttles", stat = "Sum", metrics = flatten([for f in values(local.functions) : [["AWS/Lambda", "Errors", "FunctionName", f], ["AWS/Lambda", "Throttles", "FunctionName", f]]]) },
+    { title = "Lambda errors and throttles", stat = "Sum", metrics = concat([for f in values(local.functions) : ["AWS/Lambda", "Errors", "FunctionName", f]], [for f in values(local.functions) : ["AWS/Lambda", "Throttles", "FunctionName", f]]) },
     { title = "Table throttles", stat = "Sum", metrics = [["AWS/DynamoDB", "ReadThrottleEvents", "TableName", aws_dynamodb_table.main.name], ["AWS/DynamoDB", "WriteThrottleEvents", "TableName", aws_dynamodb_table.main.name]] },
   ]
 }
@@ -40,7 +40,8 @@ resource "aws_cloudwatch_dashboard" "main" {
         view   = "timeSeries"
         period = 300
         }, lookup(w, "stat", null) == null ? {} : { stat = w.stat },
-        lookup(w, "search", null) == null ? { metrics = w.metrics } : { metrics = [[{ expression = "SEARCH('${w.search}', '${w.stat}', 300)", id = "s${i}" }]] },
+        # A graph lists its metrics, or finds them with a SEARCH.
+        { metrics = try(w.metrics, [[{ expression = "SEARCH('${try(w.search, "")}', '${try(w.stat, "")}', 300)", id = "s${i}" }]]) },
       )
     }]
   })

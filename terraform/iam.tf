@@ -168,7 +168,8 @@ data "aws_iam_policy_document" "keeper" {
     resources = [aws_sqs_queue.keeper_failures.arn]
   }
   # The keeper's ledger (store.Ledger) in the gateway's table, and the
-  # daily allowance it sets on accounts; it never scans.
+  # daily allowance it sets on accounts; open runs and owed earnings are
+  # queries of the index. It never scans.
   statement {
     sid = "Ledger"
     actions = [
@@ -180,7 +181,7 @@ data "aws_iam_policy_document" "keeper" {
       "dynamodb:Query",
       "dynamodb:UpdateItem",
     ]
-    resources = [aws_dynamodb_table.main.arn]
+    resources = [aws_dynamodb_table.main.arn, local.index_arn]
   }
 }
 

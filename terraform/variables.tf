@@ -130,7 +130,7 @@ variable "rate_per_minute" {
   default     = null
 
   validation {
-    condition     = var.rate_per_minute == null || (var.rate_per_minute >= 1 && floor(var.rate_per_minute) == var.rate_per_minute)
+    condition     = var.rate_per_minute == null ? true : (var.rate_per_minute >= 1 && floor(var.rate_per_minute) == var.rate_per_minute)
     error_message = "rate_per_minute: a whole number of requests per minute, at least 1, or null for the code's default (60)."
   }
 }
@@ -141,7 +141,7 @@ variable "account_rate_per_minute" {
   default     = null
 
   validation {
-    condition     = var.account_rate_per_minute == null || (var.account_rate_per_minute >= 1 && floor(var.account_rate_per_minute) == var.account_rate_per_minute)
+    condition     = var.account_rate_per_minute == null ? true : (var.account_rate_per_minute >= 1 && floor(var.account_rate_per_minute) == var.account_rate_per_minute)
     error_message = "account_rate_per_minute: a whole number of requests per minute, at least 1, or null for rate_per_minute."
   }
 }
@@ -152,7 +152,7 @@ variable "max_tokens_per_second" {
   default     = null
 
   validation {
-    condition     = var.max_tokens_per_second == null || (var.max_tokens_per_second >= 1 && floor(var.max_tokens_per_second) == var.max_tokens_per_second)
+    condition     = var.max_tokens_per_second == null ? true : (var.max_tokens_per_second >= 1 && floor(var.max_tokens_per_second) == var.max_tokens_per_second)
     error_message = "max_tokens_per_second: a whole number, at least 1, or null for the code's default (1000)."
   }
 }
@@ -163,7 +163,7 @@ variable "canary_every_seconds" {
   default     = null
 
   validation {
-    condition     = var.canary_every_seconds == null || (var.canary_every_seconds >= 1 && var.canary_every_seconds <= 86400 && floor(var.canary_every_seconds) == var.canary_every_seconds)
+    condition     = var.canary_every_seconds == null ? true : (var.canary_every_seconds >= 1 && var.canary_every_seconds <= 86400 && floor(var.canary_every_seconds) == var.canary_every_seconds)
     error_message = "canary_every_seconds: whole seconds from 1 to 86400, or null for the code's default (60)."
   }
 }
@@ -229,7 +229,7 @@ variable "worker_share_percent" {
   default     = null
 
   validation {
-    condition     = var.worker_share_percent == null || (var.worker_share_percent >= 1 && var.worker_share_percent <= 100 && floor(var.worker_share_percent) == var.worker_share_percent)
+    condition     = var.worker_share_percent == null ? true : (var.worker_share_percent >= 1 && var.worker_share_percent <= 100 && floor(var.worker_share_percent) == var.worker_share_percent)
     error_message = "worker_share_percent: a whole percent from 1 to 100, or null for the code's default (70)."
   }
 }
@@ -268,17 +268,21 @@ variable "keeper_config" {
     error_message = "keeper_config: staking_program, rewards_program, zero_mint, usdc_mint (and pumpswap_pool, fee_source when set) must be base58 public keys (32 to 44 characters of 1-9, A-H, J-N, P-Z, a-k, m-z); replace every REPLACE_WITH_* of the example."
   }
   validation {
-    condition     = var.keeper_config.slippage_bp == null || (var.keeper_config.slippage_bp >= 0 && var.keeper_config.slippage_bp <= 5000)
+    condition     = var.keeper_config.slippage_bp == null ? true : (var.keeper_config.slippage_bp >= 0 && var.keeper_config.slippage_bp <= 5000)
     error_message = "keeper_config.slippage_bp: 0 to 5000 basis points, or null for the keeper's default (100)."
   }
   validation {
-    condition     = var.keeper_config.allowance_cap_bp == null || (var.keeper_config.allowance_cap_bp >= 0 && var.keeper_config.allowance_cap_bp <= 10000)
+    condition     = var.keeper_config.allowance_cap_bp == null ? true : (var.keeper_config.allowance_cap_bp >= 0 && var.keeper_config.allowance_cap_bp <= 10000)
     error_message = "keeper_config.allowance_cap_bp: 0 to 10000 basis points, or null for the keeper's default (2500)."
   }
   validation {
-    condition = alltrue([for v in [var.keeper_config.priority_fee_cap, var.keeper_config.allowance_pool, var.keeper_config.stake_boost_min] :
+    condition = alltrue([for v in [var.keeper_config.priority_fee_cap, var.keeper_config.allowance_pool] :
     v == null ? true : v >= 0 && floor(v) == v])
-    error_message = "keeper_config: priority_fee_cap, allowance_pool and stake_boost_min are whole numbers, at least 0, or null for the keeper's defaults."
+    error_message = "keeper_config: priority_fee_cap and allowance_pool are whole numbers, at least 0, or null for the keeper's defaults."
+  }
+  validation {
+    condition     = var.keeper_config.stake_boost_min == null ? true : var.keeper_config.stake_boost_min >= 1 && floor(var.keeper_config.stake_boost_min) == var.keeper_config.stake_boost_min
+    error_message = "keeper_config: stake_boost_min is whole ZERO base units, at least 1, or null for the keeper's default (500,000 ZERO)."
   }
 }
 

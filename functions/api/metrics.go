@@ -188,6 +188,11 @@ func (s *Server) putRequest(rm *requestMetrics, end time.Time) {
 				metrics.Metric{Name: metrics.CompletionTokens, Unit: metrics.UnitCount, Value: float64(rm.usage.CompletionTokens)})
 		}
 		s.metrics.Put([]metrics.Dim{{Name: "Model", Value: s.modelDim(rm.model)}}, ms...)
+	} else {
+		// Every other route counts in the aggregate only, so that the
+		// no-dimension Requests is every answer, the denominator of the
+		// 5xx rate (ServerErrors counts them all too).
+		s.metrics.Put(nil, metrics.Metric{Name: metrics.Requests, Unit: metrics.UnitCount, Value: 1})
 	}
 	if rm.code != "" {
 		s.metrics.Put([]metrics.Dim{{Name: "Code", Value: codeDim(rm.code)}},

@@ -358,6 +358,9 @@ func TestMetricsOfErrors(t *testing.T) {
 			"Model=other Duration Requests=1",
 		}},
 		{"bad key", false, served, http.StatusUnauthorized, []string{
+			// Refused before the model is read: counted in the
+			// aggregate only.
+			" Requests=1",
 			"Code=invalid_api_key Errors=1",
 		}},
 		{"no worker, refunded", true, idle, http.StatusServiceUnavailable, []string{

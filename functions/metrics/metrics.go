@@ -58,7 +58,9 @@ const (
 // Metric names. The Terraform alarms and dashboard refer to them by these
 // strings, and its test checks them against Names.
 const (
-	// Requests counts chat completion requests, dims {Model}.
+	// Requests counts the API's requests: chat completions with dims
+	// {Model} (and the aggregate), every other route in the aggregate
+	// only, so that the no-dimension series is every answer.
 	Requests = "Requests"
 	// Errors counts the API's error answers, dims {Code}: the
 	// OpenAI-shaped error code (rate_limit_exceeded, no_worker_available,

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gagliardetto/solana-go/rpc"
 	"github.com/gagliardetto/solana-go/rpc/jsonrpc"
+
+	"github.com/c0mpute/c0mpute/onchain/chain"
 )
 
 // rpcTimeout bounds one JSON-RPC call: a keeper run makes a few dozen, and
@@ -19,10 +21,10 @@ import (
 const rpcTimeout = 60 * time.Second
 
 // newRPC is a Solana JSON-RPC client whose failed calls name their method
-// and read in one line (callError).
+// and read in one line (callError), and never show the endpoint's key
+// (chain.NewJSONRPC).
 func newRPC(endpoint string) *rpc.Client {
-	inner := jsonrpc.NewClientWithOpts(endpoint, &jsonrpc.RPCClientOpts{HTTPClient: &http.Client{Timeout: rpcTimeout}})
-	return rpc.NewWithCustomRPCClient(namedCalls{inner})
+	return rpc.NewWithCustomRPCClient(namedCalls{chain.NewJSONRPC(endpoint, rpcTimeout)})
 }
 
 // namedCalls wraps every error of a JSON-RPC client in a callError.

@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/gagliardetto/solana-go"
-	"github.com/gagliardetto/solana-go/rpc"
 
 	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/canary"
@@ -29,6 +28,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/siws"
 	"github.com/c0mpute/c0mpute/functions/x402"
 	"github.com/c0mpute/c0mpute/onchain"
+	"github.com/c0mpute/c0mpute/onchain/chain"
 	"github.com/c0mpute/c0mpute/onchain/deposit"
 )
 
@@ -127,7 +127,8 @@ func setup(ctx context.Context) (http.Handler, error) {
 			// own error answers.
 			emf.Put([]metrics.Dim{{Name: "Code", Value: oaiwire.ErrNoWorker.Code}},
 				metrics.Metric{Name: metrics.Errors, Unit: metrics.UnitCount, Value: 1})
-			emf.Put(nil, metrics.Metric{Name: metrics.ServerErrors, Unit: metrics.UnitCount, Value: 1})
+			emf.Put(nil, metrics.Metric{Name: metrics.Requests, Unit: metrics.UnitCount, Value: 1},
+				metrics.Metric{Name: metrics.ServerErrors, Unit: metrics.UnitCount, Value: 1})
 			oaiwire.WriteError(w, oaiwire.ErrNoWorker)
 			return
 		}
@@ -156,7 +157,7 @@ func stakingFrom(cfg lambdaenv.API) (*api.Staking, error) {
 		}
 		*f.to = pk
 	}
-	return &api.Staking{Config: c, Chain: rpc.New(cfg.RPCURL)}, nil
+	return &api.Staking{Config: c, Chain: chain.NewRPC(cfg.RPCURL, rpcTimeout)}, nil
 }
 
 func depositsFrom(cfg lambdaenv.API) (*api.Deposits, error) {
@@ -171,7 +172,7 @@ func depositsFrom(cfg lambdaenv.API) (*api.Deposits, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", lambdaenv.EnvTreasury, err)
 	}
-	client := rpc.New(cfg.RPCURL)
+	client := chain.NewRPC(cfg.RPCURL, rpcTimeout)
 	return &api.Deposits{Mint: mint, Treasury: treasury, Label: "c0mpute", Lister: client,
 		Verifier: &deposit.Verifier{RPC: client, Config: onchain.Config{USDCMint: mint, Treasury: treasury}}}, nil
 }
@@ -190,9 +191,12 @@ func topUpsFrom(cfg lambdaenv.API) (*api.TopUps, error) {
 	if err != nil {
 		return nil, fmt.Errorf("x402 fee payer: %w", err)
 	}
-	return &api.TopUps{Network: network, FeePayer: feePayer, Chain: rpc.New(cfg.RPCURL)}, nil
+	return &api.TopUps{Network: network, FeePayer: feePayer, Chain: chain.NewRPC(cfg.RPCURL, rpcTimeout)}, nil
 }
 
 // sweepEvery is how often an instance looks on-chain for unreported
 // deposits.
 const sweepEvery = time.Minute
+
+// rpcTimeout bounds one call to the Solana node: a request waits on it.
+const rpcTimeout = 30 * time.Second

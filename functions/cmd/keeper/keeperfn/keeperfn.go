@@ -121,7 +121,15 @@ type Result struct {
 	Execute bool            `json:"execute"`
 	Outcome string          `json:"outcome"`
 	Plan    json.RawMessage `json:"plan,omitempty"`
+	// PlanInLogs is set instead of Plan when the plan is too large for a
+	// Lambda response (6 MB): it is in the log in full either way.
+	PlanInLogs bool `json:"plan_in_logs,omitempty"`
 }
+
+// MaxResultPlan is the largest plan returned in the response; a larger one
+// (a busy rewards day) is only logged, so that a run that did its work
+// never fails for the size of its answer.
+const MaxResultPlan = 4 << 20
 
 // Runner runs the keeper command with args, as keepercli.Main does.
 type Runner func(ctx context.Context, args []string, stdout, stderr io.Writer) int
@@ -309,9 +317,17 @@ func (h *Handler) Handle(ctx context.Context, ev Event) (Result, error) {
 	}
 	plan := bytes.TrimSpace(stdout.Bytes())
 	if !json.Valid(plan) {
+		res.Outcome = OutcomeFailure
+		h.Metrics.Put(append(dims, metrics.Dim{Name: "Outcome", Value: res.Outcome}), metrics.Metric{Name: metrics.KeeperRuns, Unit: metrics.UnitCount, Value: 1})
+		log.Error("keeper run failure: its report is not JSON", "outcome", res.Outcome, "bytes", len(plan))
 		return res, errors.New("keeperfn: keeper printed a plan that is not JSON")
 	}
-	res.Plan, res.Outcome = json.RawMessage(plan), OutcomeSuccess
+	res.Outcome = OutcomeSuccess
+	if len(plan) <= MaxResultPlan {
+		res.Plan = json.RawMessage(plan)
+	} else {
+		res.PlanInLogs = true
+	}
 	logPlan(log, plan)
 	log.Info("keeper run done", "outcome", res.Outcome, "seconds", took.Seconds())
 	h.Metrics.Put(append(dims, metrics.Dim{Name: "Outcome", Value: res.Outcome}), metrics.Metric{Name: metrics.KeeperRuns, Unit: metrics.UnitCount, Value: 1})

@@ -284,6 +284,24 @@ func TestHandleReports(t *testing.T) {
 	}
 }
 
+// TestHandleLargePlan: a plan too large for a Lambda response is logged,
+// not returned, and the run still succeeds.
+func TestHandleLargePlan(t *testing.T) {
+	cfg, _ := Load(context.Background(), envOf(map[string]string{EnvConfig: cfgJSON, EnvKeyFile: "/k"}), nil)
+	var logs bytes.Buffer
+	cfg.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	big := `{"rewards":{"stakers":["` + strings.Repeat("x", MaxResultPlan) + `"]}}`
+	h := &Handler{Config: cfg, Dir: t.TempDir(), Logs: io.Discard,
+		Run: func(_ context.Context, _ []string, stdout, _ io.Writer) int { fmt.Fprint(stdout, big); return 0 }}
+	res, err := h.Handle(context.Background(), Event{Job: JobRewards})
+	if err != nil || res.Outcome != OutcomeSuccess || res.Plan != nil || !res.PlanInLogs {
+		t.Fatalf("%v: outcome %s, plan %d bytes, in logs %v", err, res.Outcome, len(res.Plan), res.PlanInLogs)
+	}
+	if !strings.Contains(logs.String(), `"msg":"keeper plan"`) {
+		t.Fatal("the plan was not logged")
+	}
+}
+
 // TestHandleLeavesTimeToReport: the keeper command runs under a deadline
 // earlier than the invocation's, by the reserve.
 func TestHandleLeavesTimeToReport(t *testing.T) {
