@@ -309,6 +309,32 @@ func errorCode(err error) string {
 	return err.Error()
 }
 
+// earnings reads a worker's account and reputation as of one moment: the
+// canary runner keeps judging while the report is read, and a canary that
+// passes credits both in one transaction, so a rep read before the account
+// and one read after that agree bracket an account read with no credit in
+// between.
+func (s *suite) earnings(ctx context.Context, w *worker) (store.Account, store.Reputation) {
+	t := s.t
+	for try := 0; ; try++ {
+		before, err := s.store.GetReputation(ctx, w.account, w.pubkey)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatal(err)
+		}
+		acct, err := s.store.GetAccount(ctx, w.account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := s.store.GetReputation(ctx, w.account, w.pubkey)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if before == after || try == 100 {
+			return acct, after
+		}
+	}
+}
+
 // report checks and logs what the run measured.
 func (s *suite) report() {
 	t := s.t
@@ -324,11 +350,8 @@ func (s *suite) report() {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-12s %-11s %8s %8s %8s %8s %8s %8s\n", "worker", "state", "jobs", "rejected", "canaries", "failed", "earned", "detected")
 	for _, w := range s.workers {
-		rep := s.reps[w.name]
-		acct, err := s.store.GetAccount(ctx, w.account)
-		if err != nil {
-			t.Fatal(err)
-		}
+		acct, rep := s.earnings(ctx, w)
+		s.reps[w.name] = rep
 		realJobs += rep.JobsCompleted + rep.JobsRejected
 		det := "-"
 		if d, ok := s.detected[w.name]; ok {
