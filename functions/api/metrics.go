@@ -228,11 +228,7 @@ func (s *Server) putGauges(ctx context.Context) {
 		s.log.Warn("network gauges", "err", err)
 		return
 	}
-	var models []string
-	for _, m := range s.catalog.Models() {
-		models = append(models, m.ID)
-	}
-	s.gauges.Put(models, st.QueueByModel, st.WorkersByModel)
+	s.gauges.Put(s.catalog.IDs(), st.QueueByModel, st.WorkersByModel)
 }
 
 // statsCacheTTL is how long an instance serves the network's counters

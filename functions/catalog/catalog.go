@@ -137,3 +137,12 @@ func (c *Catalog) Models() []Model {
 	defer c.mu.RUnlock()
 	return slices.Clone(c.models)
 }
+
+// IDs are the ids of Models, in their order.
+func (c *Catalog) IDs() []string {
+	var out []string
+	for _, m := range c.Models() {
+		out = append(out, m.ID)
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package catalog
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -85,5 +86,15 @@ func TestFromSource(t *testing.T) {
 				t.Errorf("FromSource(%q) has no %s: %v", tc.source, tc.want, c.Models())
 			}
 		})
+	}
+}
+
+func TestIDs(t *testing.T) {
+	c, err := New([]Model{{ID: "b", Price: 1}, {ID: "a", Price: 2, Aliases: []string{"x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.IDs(); !slices.Equal(got, []string{"b", "a"}) {
+		t.Fatalf("IDs() = %v", got)
 	}
 }

@@ -460,11 +460,7 @@ func (h *Handler) gaugesAfter(ctx context.Context) {
 		h.Log.Warn("network gauges", "err", err)
 		return
 	}
-	var models []string
-	for _, m := range h.Catalog.Models() {
-		models = append(models, m.ID)
-	}
-	h.gauges.Put(models, st.QueueByModel, st.WorkersByModel)
+	h.gauges.Put(h.Catalog.IDs(), st.QueueByModel, st.WorkersByModel)
 }
 
 // putRefund counts a job this relay's Fail (with reason at at) refunded:
