@@ -7,7 +7,8 @@
 //	                                         create the identity keypair
 //	workerd [run] [flags]                    connect and serve until SIGINT/SIGTERM
 //	workerd shard plan|accept|verify|sign    sharded-ring tools (functions/shard/README.md)
-//	workerd version
+//	workerd version | --version
+//	workerd help | --help
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/c0mpute/c0mpute/workerd/agent"
@@ -45,19 +47,46 @@ func main() {
 	}
 }
 
+// usage is `workerd --help`.
+const usage = `usage: workerd [COMMAND] [flags]
+
+commands:
+  run      connect to the relay and serve jobs until SIGINT or SIGTERM (the default)
+  init     create the identity keypair (workerd init --help)
+  shard    sharded-ring tools: plan, accept, verify, sign (workerd shard --help)
+  version  print the version (also --version)
+  help     this text (also -h, --help)
+
+run flags (each also comes from an environment variable, or a key in <home>/workerd.json):
+`
+
 func run(args []string) error {
 	cmd := "run"
-	if len(args) > 0 && (args[0] == "init" || args[0] == "run" || args[0] == "version") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch a := args[0]; {
+		case a == "init" || a == "run" || a == "version" || a == "help":
+			cmd, args = a, args[1:]
+		case a == "--version" || a == "-version":
+			cmd = "version"
+		case !strings.HasPrefix(a, "-"):
+			return fmt.Errorf("unknown command %q: the commands are run, init, shard, version and help (workerd --help)", a)
+		}
 	}
 	switch cmd {
 	case "version":
 		fmt.Println("workerd", version)
 		return nil
+	case "help":
+		fmt.Print(usage + config.FlagUsage())
+		return nil
 	case "init":
 		return initKey(args)
 	}
 	cfg, err := config.Load(args, os.Getenv)
+	if errors.Is(err, config.ErrHelp) {
+		fmt.Print(usage + config.FlagUsage())
+		return nil
+	}
 	if err != nil {
 		return err
 	}

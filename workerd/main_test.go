@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -43,9 +44,37 @@ func capture(t *testing.T, f func() error) (string, error) {
 }
 
 func TestVersion(t *testing.T) {
-	out, err := capture(t, func() error { return run([]string{"version"}) })
-	if err != nil || out != "workerd dev\n" {
-		t.Errorf("version: %q, %v", out, err)
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, err := capture(t, func() error { return run(args) })
+		if err != nil || out != "workerd dev\n" {
+			t.Errorf("%v: %q, %v", args, out, err)
+		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/help.golden")
+
+// TestHelp: --help, -h, help and run --help print the commands and the run
+// flags (testdata/help.golden; -update rewrites it) and succeed.
+func TestHelp(t *testing.T) {
+	const golden = "testdata/help.golden"
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"run", "--help"}} {
+		out, err := capture(t, func() error { return run(args) })
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if *update {
+			if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out != string(want) {
+			t.Errorf("%v prints:\n%s\nwant (%s):\n%s", args, out, golden, want)
+		}
 	}
 }
 
@@ -124,7 +153,8 @@ func TestRunErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad config", []string{"run", "--relay", "http://x/", "--token", "cwt_x"}, "RelayURL"},
+		{"bad config", []string{"run", "--relay", "http://x/", "--token", "cwt_x"}, `--relay (or C0MPUTE_RELAY_URL) is "http://x/"`},
+		{"unknown command", []string{"serve"}, `unknown command "serve"`},
 		{"no key yet", []string{"run", "--relay", "ws://127.0.0.1:1/", "--token", "cwt_x"}, "workerd init"},
 	} {
 		if err := run(tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -5,14 +5,18 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/go-playground/validator/v10"
@@ -111,71 +115,210 @@ func ParseModels(s string) (map[string]string, error) {
 		}
 		id, name = strings.TrimSpace(id), strings.TrimSpace(name)
 		if id == "" || name == "" {
-			return nil, fmt.Errorf("models: %q is not id=backend-model", part)
+			return nil, fmt.Errorf("%q is not id=backend-model", part)
 		}
 		out[id] = name
 	}
 	return out, nil
 }
 
+// flags are the run command's flags.
+type flags struct {
+	set                                                  *flag.FlagSet
+	home, file, relay, token, keyFile, backend, ggufPath *string
+	backendURL, backendKey, models, logLevel             *string
+	developer                                            *bool
+}
+
+func newFlags() flags {
+	fs := flag.NewFlagSet("workerd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return flags{set: fs,
+		home:       fs.String("home", "", "state folder (env "+EnvHome+", default ~/.c0mpute)"),
+		file:       fs.String("config", "", "JSON config file (default <home>/workerd.json if present)"),
+		relay:      fs.String("relay", "", "relay WebSocket URL, ws:// or wss:// (env "+EnvRelayURL+")"),
+		token:      fs.String("token", "", "worker token cwt_… (env "+EnvToken+")"),
+		keyFile:    fs.String("key", "", "identity keypair file (env "+EnvKeyFile+", default <home>/worker-key.json)"),
+		backend:    fs.String("backend", "", "ollama, openai or builtin (env "+EnvBackend+", default ollama)"),
+		ggufPath:   fs.String("gguf", "", "GGUF model file for the builtin backend (env "+EnvGGUF+")"),
+		backendURL: fs.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")"),
+		backendKey: fs.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")"),
+		developer:  fs.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)"),
+		models:     fs.String("models", "", "id=backend-model,… to serve (env "+EnvModels+"; default: every backend model)"),
+		logLevel:   fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+")"),
+	}
+}
+
+// FlagUsage is the run command's flags, one per line, as --help shows
+// them.
+func FlagUsage() string {
+	var b strings.Builder
+	f := newFlags()
+	f.set.SetOutput(&b)
+	f.set.PrintDefaults()
+	return b.String()
+}
+
+// ErrHelp is returned by Load for -h or --help: the caller prints the
+// usage and exits 0.
+var ErrHelp = flag.ErrHelp
+
 // Load builds the configuration from the file, env and the flags in args.
 // getenv is os.Getenv outside tests.
 func Load(args []string, getenv func(string) string) (Config, error) {
-	flags := flag.NewFlagSet("workerd", flag.ContinueOnError)
-	var (
-		home       = flags.String("home", "", "state folder (env "+EnvHome+", default ~/.c0mpute)")
-		file       = flags.String("config", "", "JSON config file (default <home>/workerd.json if present)")
-		relay      = flags.String("relay", "", "relay WebSocket URL (env "+EnvRelayURL+")")
-		token      = flags.String("token", "", "worker token cwt_… (env "+EnvToken+")")
-		keyFile    = flags.String("key", "", "identity keypair file (env "+EnvKeyFile+", default <home>/worker-key.json)")
-		backend    = flags.String("backend", "", "ollama, openai or builtin (env "+EnvBackend+", default ollama)")
-		ggufPath   = flags.String("gguf", "", "GGUF model file for the builtin backend (env "+EnvGGUF+")")
-		backendURL = flags.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")")
-		backendKey = flags.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")")
-		developer  = flags.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)")
-		models     = flags.String("models", "", "id=backend-model,… to serve (env "+EnvModels+"; default: every backend model)")
-		logLevel   = flags.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+")")
-	)
-	if err := flags.Parse(args); err != nil {
-		return Config{}, err
+	f := newFlags()
+	if err := f.set.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, ErrHelp
+		}
+		return Config{}, fmt.Errorf("%v (workerd --help lists the flags)", err)
+	}
+	if f.set.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q: run takes only flags (workerd --help lists them)", f.set.Arg(0))
 	}
 	c := Config{Backend: "ollama", LogLevel: "info"}
-	c.Home = first(*home, getenv(EnvHome), DefaultHome())
-	path := first(*file, filepath.Join(c.Home, "workerd.json"))
+	c.Home = first(*f.home, getenv(EnvHome), DefaultHome())
+	path := first(*f.file, filepath.Join(c.Home, "workerd.json"))
+	fromFile := false
 	switch b, err := os.ReadFile(path); {
 	case err == nil:
-		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&c); err != nil {
-			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+			return Config{}, fmt.Errorf("config file %s: %s", path, describeJSON(b, err))
 		}
-	case *file != "" || !errors.Is(err, fs.ErrNotExist):
+		fromFile = true
+	case *f.file != "" || !errors.Is(err, fs.ErrNotExist):
 		return Config{}, fmt.Errorf("config file: %w", err)
 	}
-	c.RelayURL = first(*relay, getenv(EnvRelayURL), c.RelayURL)
-	c.Token = first(*token, getenv(EnvToken), c.Token)
-	c.KeyFile = first(*keyFile, getenv(EnvKeyFile), c.KeyFile, filepath.Join(c.Home, "worker-key.json"))
-	c.Backend = first(*backend, getenv(EnvBackend), c.Backend)
-	c.BackendKey = first(*backendKey, getenv(EnvBackendKey), c.BackendKey)
-	c.GGUF = first(*ggufPath, getenv(EnvGGUF), c.GGUF)
-	c.LogLevel = first(*logLevel, getenv(EnvLogLevel), c.LogLevel)
+	c.RelayURL = first(*f.relay, getenv(EnvRelayURL), c.RelayURL)
+	c.Token = first(*f.token, getenv(EnvToken), c.Token)
+	c.KeyFile = first(*f.keyFile, getenv(EnvKeyFile), c.KeyFile, filepath.Join(c.Home, "worker-key.json"))
+	c.Backend = first(*f.backend, getenv(EnvBackend), c.Backend)
+	c.BackendKey = first(*f.backendKey, getenv(EnvBackendKey), c.BackendKey)
+	c.GGUF = first(*f.ggufPath, getenv(EnvGGUF), c.GGUF)
+	c.LogLevel = first(*f.logLevel, getenv(EnvLogLevel), c.LogLevel)
 	defaultURL := ""
 	if c.Backend == "ollama" {
 		defaultURL = OllamaURL(getenv(EnvOllamaHost))
 	}
-	c.BackendURL = first(*backendURL, getenv(EnvBackendURL), c.BackendURL, defaultURL)
-	c.DeveloperRole = *developer || getenv(EnvDeveloperRole) == "1" || c.DeveloperRole
-	if m := first(*models, getenv(EnvModels)); m != "" {
+	c.BackendURL = first(*f.backendURL, getenv(EnvBackendURL), c.BackendURL, defaultURL)
+	c.DeveloperRole = *f.developer || getenv(EnvDeveloperRole) == "1" || c.DeveloperRole
+	if m := first(*f.models, getenv(EnvModels)); m != "" {
 		parsed, err := ParseModels(m)
 		if err != nil {
-			return Config{}, err
+			return Config{}, fmt.Errorf("--models (or %s): %w", EnvModels, err)
 		}
 		c.Models = parsed
 	}
-	if err := validator.New(validator.WithRequiredStructEnabled()).Struct(c); err != nil {
-		return Config{}, fmt.Errorf("workerd configuration: %w", err)
+	if err := validate.Struct(c); err != nil {
+		file := ""
+		if fromFile {
+			file = path
+		}
+		return Config{}, describe(err, c, file)
 	}
 	return c, nil
+}
+
+var validate = validator.New(validator.WithRequiredStructEnabled())
+
+// setting is where a field comes from and what it takes, for messages.
+type setting struct{ flag, env, key, want string }
+
+var settings = map[string]setting{
+	"RelayURL": {"--relay", EnvRelayURL, "relay_url", "the relay's WebSocket URL, ws:// or wss:// (the network publishes it; scripts/dev prints the local one)"},
+	"Token":    {"--token", EnvToken, "token", "a worker token, cwt_… (create one with POST /v1/worker-tokens and your API key)"},
+	"KeyFile":  {"--key", EnvKeyFile, "key_file", "the identity keypair file workerd init writes"},
+	"Backend":  {"--backend", EnvBackend, "backend", "ollama, openai (any OpenAI-compatible server) or builtin (a GGUF file)"},
+	"BackendURL": {"--backend-url", EnvBackendURL, "backend_url",
+		"the inference server's base URL, http(s)://host:port (Ollama: http://127.0.0.1:11434, vLLM: http://127.0.0.1:8000/v1)"},
+	"GGUF": {"--gguf", EnvGGUF, "gguf", "a GGUF model file, which --backend builtin serves"},
+	"Models": {"--models", EnvModels, "models",
+		`network-id=backend-model pairs (in workerd.json an object: {"network-id": "backend-model"})`},
+	"LogLevel": {"--log-level", EnvLogLevel, "log_level", "debug, info, warn or error"},
+}
+
+// describe turns validation errors into one line each, naming the flag,
+// the variable and the file key a setting comes from and what it takes.
+func describe(err error, c Config, file string) error {
+	var ve validator.ValidationErrors
+	if !errors.As(err, &ve) {
+		return fmt.Errorf("workerd configuration: %w", err)
+	}
+	var lines []string
+	for _, fe := range ve {
+		st, ok := settings[fe.StructField()]
+		if !ok {
+			lines = append(lines, fmt.Sprintf("%s fails %q", fe.StructField(), fe.Tag()))
+			continue
+		}
+		where := fmt.Sprintf("%s (or %s", st.flag, st.env)
+		if file != "" {
+			where += fmt.Sprintf(`, or %q in %s`, st.key, file)
+		}
+		where += ")"
+		var what string
+		switch v := fmt.Sprint(fe.Value()); {
+		case fe.Tag() == "required" || fe.Tag() == "required_unless" || fe.Tag() == "required_if":
+			what = "is not set"
+			if fe.Tag() == "required_if" {
+				what = "is not set, and --backend " + c.Backend + " needs it"
+			}
+		case v == "" || fe.Kind() == reflect.Map:
+			what = "is not valid"
+		default:
+			what = fmt.Sprintf("is %q", v)
+		}
+		lines = append(lines, fmt.Sprintf("%s %s: want %s", where, what, st.want))
+	}
+	return errors.New(strings.Join(lines, "\n"))
+}
+
+// describeJSON is a config file's decoding error in its reader's terms:
+// the line and column of a syntax error, the key of a wrong type, the
+// keys there are for an unknown one.
+func describeJSON(b []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		line, col := position(b, syn.Offset-1) // Offset is just past the bad byte
+		return fmt.Sprintf("line %d, column %d: %v", line, col, syn)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON ends too soon (a missing } or \")"
+	case errors.As(err, &typ) && typ.Field == "models":
+		return fmt.Sprintf(`"models" is a %s: want an object, {"network-id": "backend-model", …}, e.g. {"c0mpute-pro": "qwen3:8b"}`, typ.Value)
+	case errors.As(err, &typ):
+		for _, st := range settings {
+			if st.key == typ.Field {
+				return fmt.Sprintf("%q is a %s: want %s", typ.Field, typ.Value, st.want)
+			}
+		}
+		return fmt.Sprintf("%q is a %s, which it cannot be", typ.Field, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		var keys []string
+		for _, st := range settings {
+			keys = append(keys, st.key)
+		}
+		keys = append(keys, "backend_key", "developer_role")
+		slices.Sort(keys)
+		return fmt.Sprintf("unknown key %s; the keys are %s", strings.TrimPrefix(err.Error(), "json: unknown field "), strings.Join(keys, ", "))
+	}
+	return err.Error()
+}
+
+// position is the 1-based line and column of byte offset off in b.
+func position(b []byte, off int64) (line, col int) {
+	line, col = 1, 1
+	for i := int64(0); i < off && i < int64(len(b)); i++ {
+		if b[i] == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
 }
 
 func first(vals ...string) string {

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -212,6 +213,12 @@ func TestConfigFile(t *testing.T) {
 	}
 }
 
+var update = flag.Bool("update", false, "rewrite testdata/errors.golden")
+
+// TestErrors: every configuration mistake is refused with a message that
+// names the flag, the variable and (when it came from one) the file key,
+// and what would be valid. The messages are in testdata/errors.golden (go
+// test ./workerd/config -run TestErrors -update rewrites it).
 func TestErrors(t *testing.T) {
 	ok := []string{"--relay", "ws://relay/", "--token", "cwt_x"}
 	cases := []struct {
@@ -219,41 +226,54 @@ func TestErrors(t *testing.T) {
 		args []string
 		env  map[string]string
 		file string // written as <home>/workerd.json when set
-		want string // in the error
 	}{
-		{"relay URL not a WebSocket", []string{"--relay", "http://relay/", "--token", "cwt_x"}, nil, "", "RelayURL"},
-		{"relay URL not a URL", []string{"--relay", "relay.example", "--token", "cwt_x"}, nil, "", "RelayURL"},
-		{"no relay", []string{"--token", "cwt_x"}, nil, "", "RelayURL"},
-		{"token without cwt_", []string{"--relay", "ws://relay/", "--token", "abc"}, nil, "", "Token"},
-		{"no token", []string{"--relay", "ws://relay/"}, nil, "", "Token"},
-		{"unknown backend", append([]string{"--backend", "vllm"}, ok...), nil, "", "Backend"},
-		{"openai without URL", append([]string{"--backend", "openai"}, ok...), nil, "", "BackendURL"},
-		{"builtin without a GGUF file", append([]string{"--backend", "builtin"}, ok...), nil, "", "GGUF"},
-		{"bad backend URL", append([]string{"--backend-url", "not a url"}, ok...), nil, "", "BackendURL"},
-		{"bad log level", ok, map[string]string{config.EnvLogLevel: "loud"}, "", "LogLevel"},
-		{"bad models", ok, map[string]string{config.EnvModels: "a=b,=c"}, "", "models"},
-		{"unknown JSON field", ok, nil, `{"relay":"ws://x/"}`, `unknown field "relay"`},
-		{"malformed JSON", ok, nil, `{"token":`, "config file"},
-		{"wrong JSON type", ok, nil, `{"models":"a=b"}`, "config file"},
-		{"unknown flag", append([]string{"--nope"}, ok...), nil, "", "nope"},
-		{"missing explicit config file", append([]string{"--config", "/does/not/exist.json"}, ok...), nil, "", "exist.json"},
+		{"relay URL not a WebSocket", []string{"--relay", "http://relay/", "--token", "cwt_x"}, nil, ""},
+		{"relay URL not a URL", []string{"--relay", "relay.example", "--token", "cwt_x"}, nil, ""},
+		{"no relay", []string{"--token", "cwt_x"}, nil, ""},
+		{"token without cwt_", []string{"--relay", "ws://relay/", "--token", "abc"}, nil, ""},
+		{"token in the file without cwt_", []string{"--relay", "ws://relay/"}, nil, `{"token":"sk-c0mpute-abc"}`},
+		{"no token", []string{"--relay", "ws://relay/"}, nil, ""},
+		{"unknown backend", append([]string{"--backend", "vllm", "--backend-url", "http://127.0.0.1:8000/v1"}, ok...), nil, ""},
+		{"openai without URL", append([]string{"--backend", "openai"}, ok...), nil, ""},
+		{"builtin without a GGUF file", append([]string{"--backend", "builtin"}, ok...), nil, ""},
+		{"bad backend URL", append([]string{"--backend-url", "not a url"}, ok...), nil, ""},
+		{"bad log level", ok, map[string]string{config.EnvLogLevel: "loud"}, ""},
+		{"bad models", ok, map[string]string{config.EnvModels: "a=b,=c"}, ""},
+		{"unknown JSON key", ok, nil, `{"relay":"ws://x/"}`},
+		{"malformed JSON", ok, nil, "{\n  \"token\": \"cwt_x\"\n  \"relay_url\": \"ws://x/\"\n}"},
+		{"truncated JSON", ok, nil, `{"token":`},
+		{"models as a string", ok, nil, `{"models":"a=b"}`},
+		{"unknown flag", append([]string{"--nope"}, ok...), nil, ""},
+		{"stray argument", append([]string{"serve"}, ok...), nil, ""},
+		{"missing explicit config file", append([]string{"--config", "/does/not/exist.json"}, ok...), nil, ""},
 	}
+	var got strings.Builder
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			home := t.TempDir()
-			if tc.file != "" {
-				writeFile(t, filepath.Join(home, "workerd.json"), tc.file)
-			}
-			vars := map[string]string{}
-			maps.Copy(vars, tc.env)
-			c, err := config.Load(append([]string{"--home", home}, tc.args...), env(vars))
-			if err == nil {
-				t.Fatalf("no error; config %+v", c)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %q does not mention %q", err, tc.want)
-			}
-		})
+		home := t.TempDir()
+		if tc.file != "" {
+			writeFile(t, filepath.Join(home, "workerd.json"), tc.file)
+		}
+		vars := map[string]string{}
+		maps.Copy(vars, tc.env)
+		c, err := config.Load(append([]string{"--home", home}, tc.args...), env(vars))
+		if err == nil {
+			t.Errorf("%s: no error; config %+v", tc.name, c)
+			continue
+		}
+		fmt.Fprintf(&got, "# %s\n%s\n\n", tc.name, strings.ReplaceAll(err.Error(), home, "$HOME"))
+	}
+	const golden = "testdata/errors.golden"
+	if *update {
+		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != string(want) {
+		t.Errorf("messages differ from %s (-update rewrites it):\n%s", golden, got.String())
 	}
 }
 
