@@ -301,6 +301,9 @@ func (h *Handler) message(ctx context.Context, conn string, body []byte) []byte 
 	return errorReply("unexpected_message", fmt.Sprintf("%T is not sent to the relay", m))
 }
 
+// maxListed bounds the model ids a no_models refusal lists.
+const maxListed = 20
+
 func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Register) []byte {
 	var models, ignored []string
 	for _, name := range m.Models {
@@ -314,7 +317,11 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 		}
 	}
 	if len(models) == 0 {
-		return errorReply("no_models", "none of the registered models is offered by this network")
+		offered := h.Catalog.IDs()
+		if len(offered) > maxListed {
+			offered = append(offered[:maxListed], "…")
+		}
+		return errorReply("no_models", "this network serves "+strings.Join(offered, ", ")+" (and their aliases)")
 	}
 	w, err := h.Store.RegisterWorker(ctx, conn, models, h.caps(m))
 	switch {

@@ -212,3 +212,19 @@ func TestRefundCounted(t *testing.T) {
 		t.Errorf("the reply's text reached the metrics: %s", f.out)
 	}
 }
+
+// TestNoModelsSaysWhatIsServed: a worker registering only models the
+// network does not offer is told which ids it does, so that its owner can
+// map one (workerd --models).
+func TestNoModelsSaysWhatIsServed(t *testing.T) {
+	f := newFixture(t, false, nil)
+	b, err := relaymsg.Encode(&relaymsg.Register{Models: []string{"gpt-4", "llama9"}})
+	must(t, err)
+	resp := f.message(t, worker, b)
+	m, err := relaymsg.Decode([]byte(resp.Body))
+	must(t, err)
+	e, ok := m.(*relaymsg.Error)
+	if !ok || e.Code != "no_models" || e.Message != "this network serves "+served+", "+idle+" (and their aliases)" {
+		t.Fatalf("reply %s", resp.Body)
+	}
+}

@@ -131,8 +131,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Workers: one in front of Ollama (it connects as soon as Ollama is
+	// up), and one on the built-in engine when a GGUF file is named, or,
+	// with no Ollama reachable, on a generated demo model, so that the
+	// network always serves something.
+	gguf, err := builtinModel(stack.Catalog, home, ollamaErr != nil)
+	if err != nil {
+		return err
+	}
 	envFile := filepath.Join(home, "dev.env")
 	lines := fmt.Sprintf("OPENAI_BASE_URL=%s\nOPENAI_API_KEY=%s\n", stack.APIURL, apiKey)
+	if m := servedModel(ollamaModels, gguf); m != "" {
+		// A model this network serves right now, for examples to name.
+		lines += fmt.Sprintf("C0MPUTE_MODEL=%s\n", m)
+	}
 	chainLine := ""
 	if chain != nil {
 		lines += chain.envLines()
@@ -161,15 +173,7 @@ func run() error {
 	}
 	fmt.Printf("\nc0mpute network running\n  API     %s\n  relay   %s (workers)\n          %s (@connections; SigV4 with this run's own key only)\n  store   %s\n%s\n%s\nwritten to %s (source it, and any OpenAI SDK uses the network)\n\n",
 		stack.APIURL, stack.RelayURL, stack.ManagementURL, where, chainLine, lines, envFile)
-	// Workers: one in front of Ollama (it connects as soon as Ollama is
-	// up), and one on the built-in engine when a GGUF file is named, or,
-	// with no Ollama reachable, on a generated demo model, so that the
-	// network always serves something.
 	workerArgs := [][]string{{"--backend", "ollama", "--backend-url", ollamaURL}}
-	gguf, err := builtinModel(stack.Catalog, home, ollamaErr != nil)
-	if err != nil {
-		return err
-	}
 	switch {
 	case gguf != "" && os.Getenv(envDevGGUF) != "":
 		fmt.Printf("Serving %s from %s with the built-in engine\n\n", builtin.ModelID(gguf), gguf)
@@ -449,6 +453,19 @@ func listOllama(ctx context.Context, base string) ([]string, error) {
 		out = append(out, m.Name)
 	}
 	return out, nil
+}
+
+// servedModel is a model the dev network serves from the start: Ollama's
+// first, else the built-in engine's file; "" when there is neither (an
+// Ollama with nothing pulled).
+func servedModel(ollamaModels []string, gguf string) string {
+	if len(ollamaModels) > 0 {
+		return agent.ShortName(ollamaModels[0])
+	}
+	if gguf != "" {
+		return builtin.ModelID(gguf)
+	}
+	return ""
 }
 
 func shortNames(ms []string) []string {

@@ -111,3 +111,20 @@ func TestLimitsFromEnv(t *testing.T) {
 		})
 	}
 }
+
+func TestServedModel(t *testing.T) {
+	for _, c := range []struct {
+		ollama []string
+		gguf   string
+		want   string
+	}{
+		{[]string{"llama3.2:latest", "qwen3:8b"}, "", "llama3.2"},
+		{[]string{"qwen3:8b"}, "/m/tiny.gguf", "qwen3:8b"},
+		{nil, "/home/.c0mpute/demo-random-weights.gguf", "demo-random-weights"},
+		{nil, "", ""},
+	} {
+		if got := servedModel(c.ollama, c.gguf); got != c.want {
+			t.Errorf("servedModel(%v, %q) = %q, want %q", c.ollama, c.gguf, got, c.want)
+		}
+	}
+}

@@ -92,7 +92,9 @@ func New(cfg Config) *Agent {
 }
 
 // Run connects and serves until ctx ends, then stops taking jobs, lets the
-// running ones finish (up to the drain timeout) and closes.
+// running ones finish (up to the drain timeout) and closes. It retries a
+// connection that fails for a passing reason, with backoff, and returns a
+// *RefusedError when the network refuses the worker for good.
 func (a *Agent) Run(ctx context.Context) error {
 	log := a.cfg.Log
 	backoff := backoffMin
@@ -125,6 +127,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
+				}
+				var refused *RefusedError
+				if errors.As(err, &refused) {
+					return err
 				}
 				wait := jitter(backoff)
 				log.Warn("not connected; retrying", "err", err, "in", wait.Round(time.Millisecond))
@@ -161,6 +167,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			var next *session
 			if err == nil {
 				next, err = a.connect(ctx, models)
+			}
+			var refused *RefusedError
+			if errors.As(err, &refused) {
+				// Revoked or banned since: the current connection is
+				// being cut off too. Its jobs drain as Run returns.
+				return err
 			}
 			if err != nil {
 				// Retry with backoff: the current connection still serves
@@ -276,6 +288,38 @@ func (a *Agent) networkModels(ctx context.Context) (map[string]string, error) {
 func ShortName(model string) string { return strings.TrimSuffix(model, ":latest") }
 
 // connect opens and registers a session.
+// RefusedError is the network refusing this worker for a reason that
+// trying again does not change — an unknown or revoked token, a banned
+// identity, no model the network serves: Run stops with it, and it says
+// what to do.
+type RefusedError struct {
+	Reason, Fix string
+}
+
+func (e *RefusedError) Error() string { return e.Reason + "; " + e.Fix }
+
+const revokedFix = "create a new worker token (POST /v1/worker-tokens with your API key) and run with it"
+
+// refusedAtConnect is the relay's 401 or 403 to a connect, with the
+// relay's reason where one came through (API Gateway may pass none).
+func refusedAtConnect(status int, why string) *RefusedError {
+	switch {
+	case strings.Contains(why, "banned"):
+		return &RefusedError{Reason: fmt.Sprintf("the relay refused the worker (HTTP %d): %s", status, why),
+			Fix: "this identity or token failed the network's checks; GET /v1/workers shows each identity's standing and last reason"}
+	case status == http.StatusForbidden:
+		if why == "" {
+			why = "the worker token was revoked, or this worker is banned"
+		}
+		return &RefusedError{Reason: fmt.Sprintf("the relay refused the worker (HTTP 403): %s", why), Fix: revokedFix}
+	}
+	if why == "" {
+		why = "an unknown or malformed worker token, or a connect signature out of time"
+	}
+	return &RefusedError{Reason: fmt.Sprintf("the relay refused the worker (HTTP %d): %s", status, why),
+		Fix: "check the worker token (--token or C0MPUTE_WORKER_TOKEN: a cwt_… token made with POST /v1/worker-tokens) and that this machine's clock is right (connects are signed with the time)"}
+}
+
 func (a *Agent) connect(ctx context.Context, models map[string]string) (*session, error) {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -286,13 +330,18 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
 			// The relay says why (a revoked token, a banned identity);
 			// API Gateway may say nothing.
-			why := "check the worker token"
+			why := ""
 			if resp.Body != nil {
 				if b, _ := io.ReadAll(io.LimitReader(resp.Body, 512)); len(bytes.TrimSpace(b)) > 0 {
 					why = string(bytes.TrimSpace(b))
 				}
 			}
-			return nil, fmt.Errorf("relay refused the worker (HTTP %d): %s: %w", resp.StatusCode, why, err)
+			if strings.Contains(why, "replayed") {
+				// A connect signature seen before: a fresh one is made
+				// on the next try.
+				return nil, fmt.Errorf("relay refused the worker (HTTP %d): %s: %w", resp.StatusCode, why, err)
+			}
+			return nil, refusedAtConnect(resp.StatusCode, why)
 		}
 		return nil, fmt.Errorf("dial relay %s: %w", a.cfg.RelayURL, err)
 	}
@@ -337,6 +386,14 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 			return s, nil
 		case *relaymsg.Error:
 			ws.CloseNow()
+			switch m.Code {
+			case "no_models":
+				return nil, &RefusedError{Reason: fmt.Sprintf("the network serves none of this worker's models (%s): %s",
+					strings.Join(slices.Sorted(maps.Keys(models)), ", "), m.Message),
+					Fix: "serve one of the network's models: --models NETWORK-ID=BACKEND-MODEL (C0MPUTE_MODELS), e.g. --models c0mpute-pro=qwen3:8b"}
+			case "revoked":
+				return nil, &RefusedError{Reason: "the worker token was revoked", Fix: revokedFix}
+			}
 			return nil, fmt.Errorf("register refused: %s: %s", m.Code, m.Message)
 		case *relaymsg.Job, *relaymsg.Cancel:
 			if len(early) >= maxEarly {

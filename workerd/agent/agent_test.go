@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -402,7 +403,7 @@ func TestReconnectsAfterDrop(t *testing.T) {
 func TestBackoffWhileRefused(t *testing.T) {
 	t.Parallel()
 	r := newTestRelay(t)
-	r.setRefuse(true)
+	r.setRefuse(http.StatusServiceUnavailable, "") // passing: the relay is down
 	be := newScriptedBackend([]string{"m"}, texts("hi"))
 	startAgent(t, r, be, nil)
 	time.Sleep(3 * time.Second)
@@ -418,9 +419,65 @@ func TestBackoffWhileRefused(t *testing.T) {
 	if g0, g2 := dials[1].Sub(dials[0]), dials[3].Sub(dials[2]); g2 <= g0 {
 		t.Errorf("backoff does not grow: gaps %s then %s", g0, g2)
 	}
-	r.setRefuse(false)
+	r.setRefuse(0, "")
 	r.registered(1)
 	t.Logf("%d refused dials in 3 s", len(dials))
+}
+
+// TestRefusedForGood: a refusal retrying cannot change ends Run with a
+// RefusedError that says what to do, after one try; a replayed connect
+// signature is retried.
+func TestRefusedForGood(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		status   int
+		body     string
+		register string
+		want     string
+	}{
+		{"unknown token, no reason given", http.StatusUnauthorized, "", "", "check the worker token"},
+		{"unknown token", http.StatusUnauthorized, "unknown worker token", "", "unknown worker token; check the worker token"},
+		{"revoked", http.StatusForbidden, "worker token revoked", "", "create a new worker token"},
+		{"banned", http.StatusForbidden, "worker banned: this identity or worker token failed the network's checks", "", "GET /v1/workers"},
+		{"no model the network serves", 0, "", "no_models", "the network serves none of this worker's models (m): this network serves: c0mpute-pro, code; serve one of the network's models: --models"},
+		{"revoked at registration", 0, "", "revoked", "create a new worker token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newTestRelay(t)
+			r.setRefuse(tc.status, tc.body)
+			r.mu.Lock()
+			r.registerError = tc.register
+			r.mu.Unlock()
+			be := newScriptedBackend([]string{"m"}, texts("hi"))
+			ra := startAgent(t, r, be, nil)
+			var err error
+			select {
+			case err = <-ra.done:
+			case <-time.After(waitLimit):
+				t.Fatal("Run kept retrying")
+			}
+			ra.done <- err // for the cleanup
+			var refused *agent.RefusedError
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run: %v, want a RefusedError mentioning %q", err, tc.want)
+			}
+			if n := r.dialCount(); n != 1 {
+				t.Errorf("%d dials, want 1", n)
+			}
+		})
+	}
+	t.Run("replayed signature is retried", func(t *testing.T) {
+		t.Parallel()
+		r := newTestRelay(t)
+		r.setRefuse(http.StatusUnauthorized, "connect signature replayed")
+		be := newScriptedBackend([]string{"m"}, texts("hi"))
+		startAgent(t, r, be, nil)
+		r.waitFor("a second dial", func([]event) bool { return r.dialCount() >= 2 })
+		r.setRefuse(0, "")
+		r.registered(1)
+	})
 }
 
 func TestRollKeepsJobOnOldConnection(t *testing.T) {
@@ -474,7 +531,7 @@ func TestRollRetriesWithBackoff(t *testing.T) {
 	be := newScriptedBackend([]string{"m"}, texts("hi"))
 	startAgent(t, r, be, func(c *agent.Config) { c.RollAfter = 200 * time.Millisecond })
 	first := r.registered(1)
-	r.setRefuse(true)
+	r.setRefuse(http.StatusServiceUnavailable, "")
 	before := r.dialCount()
 	time.Sleep(2 * time.Second)
 	if n := r.dialCount() - before; n >= 20 {
@@ -485,7 +542,7 @@ func TestRollRetriesWithBackoff(t *testing.T) {
 	if i := disconnected(r.snapshot(), first.conn); i >= 0 {
 		t.Error("the working connection was dropped while the roll failed")
 	}
-	r.setRefuse(false)
+	r.setRefuse(0, "")
 	r.registered(2)
 	r.waitFor("the old connection to drain and close", func(evs []event) bool { return disconnected(evs, first.conn) >= 0 })
 }

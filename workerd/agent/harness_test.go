@@ -76,12 +76,15 @@ type testRelay struct {
 	// Registered reply goes out (as the relay dispatches on registration).
 	onRegister func(conn string)
 
-	mu       sync.Mutex
-	refuse   bool // answer $connect with 401
-	dials    []time.Time
-	nonces   map[string]bool
-	events   []event
-	rejected []string // why a $connect or message was refused
+	mu      sync.Mutex
+	refuse  int    // answer $connect with this status (0: accept)
+	refusal string // and this body
+	// registerError, when set, answers Register with this error code.
+	registerError string
+	dials         []time.Time
+	nonces        map[string]bool
+	events        []event
+	rejected      []string // why a $connect or message was refused
 	// requests is the request hash of each job posted, by job id.
 	requests map[string]string
 }
@@ -129,8 +132,8 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 	switch req.RequestContext.RouteKey {
 	case relay.RouteConnect:
 		r.dials = append(r.dials, time.Now())
-		if r.refuse {
-			return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
+		if r.refuse != 0 {
+			return events.APIGatewayProxyResponse{StatusCode: r.refuse, Body: r.refusal}, nil
 		}
 		proof, err := relaymsg.VerifyConnect(func(k string) string { return header(req.Headers, k) }, time.Now())
 		switch {
@@ -180,6 +183,10 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 	var h relaymsg.Header
 	_ = json.Unmarshal([]byte(req.Body), &h)
 	r.events = append(r.events, event{conn: id, kind: h.Type, msg: m, size: len(req.Body), at: time.Now()})
+	if _, isReg := m.(*relaymsg.Register); isReg && r.registerError != "" {
+		b, _ := relaymsg.Encode(&relaymsg.Error{Code: r.registerError, Message: "this network serves: c0mpute-pro, code"})
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusOK, Body: string(b)}, nil
+	}
 	if reg, isReg := m.(*relaymsg.Register); isReg {
 		if r.onRegister != nil {
 			r.onRegister(id)
@@ -209,9 +216,10 @@ func ticketOf(m any) string {
 	return ""
 }
 
-func (r *testRelay) setRefuse(v bool) {
+// setRefuse answers each $connect with status and body (0: accept).
+func (r *testRelay) setRefuse(status int, body string) {
 	r.mu.Lock()
-	r.refuse = v
+	r.refuse, r.refusal = status, body
 	r.mu.Unlock()
 }
 
