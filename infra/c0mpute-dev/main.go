@@ -280,6 +280,9 @@ func openStore(ctx context.Context, home string) (st store.Store, where string, 
 	case "embedded":
 		path := filepath.Join(home, embeddedFile)
 		st, err := embedded.Open(path)
+		if errors.Is(err, embedded.ErrLocked) {
+			return nil, "", fmt.Errorf("another scripts/dev (or a keeper) is running on the state folder %s: stop it, or start this one with another C0MPUTE_HOME", home)
+		}
 		return st, path, err
 	case "dynamodb":
 		cfg := dynamo.ConfigFromEnv()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,5 +127,21 @@ func TestServedModel(t *testing.T) {
 		if got := servedModel(c.ollama, c.gguf); got != c.want {
 			t.Errorf("servedModel(%v, %q) = %q, want %q", c.ollama, c.gguf, got, c.want)
 		}
+	}
+}
+
+// TestSecondInstanceSaysWhy: a second dev network on the same state folder
+// is refused with what to do, not a store error.
+func TestSecondInstanceSaysWhy(t *testing.T) {
+	t.Setenv("C0MPUTE_STORE", "embedded")
+	home := t.TempDir()
+	st, _, err := openStore(context.Background(), home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, _, err = openStore(context.Background(), home)
+	if err == nil || !strings.Contains(err.Error(), "another scripts/dev (or a keeper) is running on the state folder "+home) {
+		t.Fatalf("second open: %v", err)
 	}
 }

@@ -100,7 +100,7 @@ func TestOpenHeldByAnotherWriter(t *testing.T) {
 	s := open(t, path)
 	defer func() { must(t, s.Close()) }()
 	_, err := Open(path, ReadOnly())
-	if !errors.Is(err, bolt.ErrTimeout) || !strings.Contains(err.Error(), "another process holds it") {
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "a running gateway or keeper") {
 		t.Fatalf("read-only open of a held store: %v", err)
 	}
 }

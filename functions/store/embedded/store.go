@@ -89,6 +89,10 @@ var (
 	cConnected  = []byte("workers_connected")
 )
 
+// ErrLocked is Open finding the file held by another process (bolt locks
+// it for the process that has it open).
+var ErrLocked = errors.New("another process holds the store")
+
 const (
 	// openTimeout bounds the wait for bolt's file lock: a second process on
 	// the same file should fail fast with a clear error, not hang.
@@ -163,7 +167,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: openTimeout, NoSync: o.noSync, ReadOnly: o.readOnly})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("embedded: open %s: another process holds it (a running gateway or keeper?): %w", path, err)
+		return nil, fmt.Errorf("embedded: open %s: %w (a running gateway or keeper?)", path, ErrLocked)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open %s: %w", path, err)
