@@ -515,7 +515,9 @@ func offerOllama(cat *catalog.Catalog, models []string, log *slog.Logger) {
 
 // watchOllama offers models pulled (or an Ollama started) after start-up.
 func watchOllama(ctx context.Context, cat *catalog.Catalog, base string, log *slog.Logger) {
-	t := time.NewTicker(10 * time.Second)
+	// A local call: every 2 s, so an Ollama started (or a model pulled)
+	// later is offered within seconds.
+	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
 		select {

@@ -46,6 +46,10 @@ const (
 	// backoff bounds for reconnecting.
 	backoffMin = 250 * time.Millisecond
 	backoffMax = 30 * time.Second
+	// localBackoffMax bounds the wait while the backend itself is down:
+	// it is on this machine, asking it costs nothing, and a backend
+	// started later should be served within seconds.
+	localBackoffMax = 3 * time.Second
 	// modelRefresh: how often the backend's model list is re-read, so a
 	// model pulled while workerd runs is offered without a restart.
 	modelRefresh = time.Minute
@@ -121,6 +125,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		if current == nil {
 			models, err := a.networkModels(ctx)
+			local := err != nil // the backend, not the network
 			if err == nil {
 				current, err = a.connect(ctx, models)
 			}
@@ -133,6 +138,9 @@ func (a *Agent) Run(ctx context.Context) error {
 					return err
 				}
 				wait := jitter(backoff)
+				if local {
+					wait = min(wait, localBackoffMax)
+				}
 				log.Warn("not connected; retrying", "err", err, "in", wait.Round(time.Millisecond))
 				backoff = min(backoff*2, backoffMax)
 				select {
