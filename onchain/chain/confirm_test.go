@@ -3,7 +3,10 @@ package chain_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,5 +245,34 @@ func TestConfirmTimesOutUnknown(t *testing.T) {
 	e.Finalize(t)
 	if o, err := ch.Confirm(ctx, sigs[0], lastValid[0]); err != nil || o != chain.Landed {
 		t.Fatalf("finalized: %v, %v; want landed", o, err)
+	}
+}
+
+// TestLookupAllRefusesAShortAnswer: a node (faulty or hostile) answering
+// fewer statuses than it was asked for, or none, is an error — never "not
+// found", which past the last valid height would read as expired and let
+// a landed transfer be sent again.
+func TestLookupAllRefusesAShortAnswer(t *testing.T) {
+	for name, value := range map[string]string{"one of two": `[null]`, "none": `null`, "empty": `[]`} {
+		t.Run(name, func(t *testing.T) {
+			node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var req struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+				}
+				_ = json.NewDecoder(r.Body).Decode(&req)
+				result := `{"context":{"slot":1},"value":` + value + `}`
+				if req.Method == "getBlockHeight" {
+					result = `1000000` // far past every last valid height
+				}
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, req.ID, result)
+			}))
+			defer node.Close()
+			sigs := []solana.Signature{{1}, {2}}
+			out, err := chain.New(rpc.New(node.URL)).LookupAll(context.Background(), sigs, []uint64{10, 10})
+			if err == nil {
+				t.Fatalf("outcomes %v from a short answer, want an error", out)
+			}
+		})
 	}
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/lambdaenv"
 	"github.com/c0mpute/c0mpute/functions/metrics"
+	"github.com/c0mpute/c0mpute/onchain/keepercli"
 )
 
 // Environment variables the keeper function reads. Terraform sets exactly
@@ -217,11 +218,6 @@ func Load(ctx context.Context, getenv func(string) string, sm lambdaenv.SecretsC
 	return c, validate.Struct(c)
 }
 
-// ExitIncomplete is the keeper command's exit code for a run that stopped
-// short (out of time, or a transaction's outcome still unknown) and is
-// safe to re-run (keepercli.ExitIncomplete).
-const ExitIncomplete = 3
-
 // Handler runs one job per invocation.
 type Handler struct {
 	Config Config
@@ -304,7 +300,7 @@ func (h *Handler) Handle(ctx context.Context, ev Event) (Result, error) {
 	dims := []metrics.Dim{{Name: "Job", Value: ev.Job}}
 	if code != 0 {
 		res.Outcome = OutcomeFailure
-		if code == ExitIncomplete {
+		if code == keepercli.ExitIncomplete {
 			res.Outcome = OutcomeIncomplete
 		}
 		h.Metrics.Put(append(dims, metrics.Dim{Name: "Outcome", Value: res.Outcome}), metrics.Metric{Name: metrics.KeeperRuns, Unit: metrics.UnitCount, Value: 1})
