@@ -596,7 +596,10 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 		if why, strikes := j.checkWork(m, rawSpeed(j.deltas, elapsed, !j.firstAt.IsZero())); why != "" {
 			return j.rejectWork(clientCtx, why, strikes)
 		}
-		usage := j.complete(m)
+		usage, err := j.complete(m)
+		if errors.Is(err, store.ErrNotActive) {
+			return j.refuseWork(clientCtx)
+		}
 		j.rm.completed(usage)
 		return outcomeDone, true, j.out.finish(m.FinishReason, usage)
 	case *relaymsg.Fail:
@@ -680,8 +683,11 @@ const completeTries = 3
 
 // complete settles a finished job: the worker's earning, its measured
 // speed, and dispatch of the next job now that it is idle. It returns the
-// usage to report, the worker's claim bounded by what the gateway relayed.
-func (j *jobRun) complete(m *relaymsg.Done) oaiwire.Usage {
+// usage to report, the worker's claim bounded by what the gateway relayed,
+// and store.ErrNotActive when a verdict took the worker's identity out of
+// good standing while the job ran (its work is refused, and the job still
+// the caller's to settle); other store errors are logged.
+func (j *jobRun) complete(m *relaymsg.Done) (oaiwire.Usage, error) {
 	s := j.s
 	now := s.now()
 	usage := boundUsage(m.Usage, j.deltas, j.replyBytes, j.jobBytes)
@@ -708,18 +714,21 @@ func (j *jobRun) complete(m *relaymsg.Done) oaiwire.Usage {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		err = s.store.Complete(ctx, c)
 		cancel()
-		if err == nil || errors.Is(err, store.ErrConflict) {
+		if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotActive) {
 			break
 		}
 	}
+	if errors.Is(err, store.ErrNotActive) {
+		return usage, err
+	}
 	if err != nil {
 		s.log.Error("complete job", "job", j.job.ID, "err", err)
-		return usage
+		return usage, nil
 	}
 	s.dispatch.Released(j.worker, c.MilliTokPerSec)
 	worker, model := j.worker, j.model.ID
 	s.goSafe("dispatch after completion", func() { s.dispatchWorker(worker, model) })
-	return usage
+	return usage, nil
 }
 
 // boundUsage bounds a worker's token claims by what the gateway saw: no

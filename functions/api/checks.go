@@ -194,12 +194,29 @@ func (j *jobRun) rejectWork(clientCtx context.Context, why string, strikes int64
 	}
 	s.Judge(store.Verdict{JobID: j.job.ID, Conn: worker, Pubkey: j.workerPubkey, Kind: kind,
 		Strikes: strikes, Reason: why, At: s.now()})
+	return j.dropReply(clientCtx)
+}
+
+// refuseWork ends the part in a job of a worker a verdict took out of good
+// standing while it ran: the store refused its completion, so it earns
+// nothing (it was judged already: no new strike). The job moves to another
+// worker if nothing reached the client, else it ends with a refund.
+func (j *jobRun) refuseWork(clientCtx context.Context) (outcome, bool, error) {
+	j.s.log.Warn("reply of a worker out of good standing refused", "job", j.job.ID, "worker", j.worker)
+	return j.dropReply(clientCtx)
+}
+
+// dropReply settles a job whose worker's reply is not accepted: the worker
+// is excluded from it, and the job moves to another worker if nothing
+// reached the client (a canary is not moved: it is judged on what its
+// worker did), else it fails with a refund.
+func (j *jobRun) dropReply(clientCtx context.Context) (outcome, bool, error) {
+	s, worker := j.s, j.worker
 	if j.excluded == nil {
 		j.excluded = map[string]bool{}
 	}
 	j.excluded[worker] = true
 	if j.out.committed() || j.job.Canary {
-		// A canary is judged on what its worker did: it is not moved.
 		j.worker = ""
 		s.settleFailure(j.job.ID, "reply_rejected", true)
 		return outcomeFailed, true, j.out.fail(errWorkRejected)

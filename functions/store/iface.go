@@ -106,7 +106,10 @@ type Store interface {
 	// there: its verdict does), all at once. Completing a done job again is nil and changes
 	// nothing, the receipt included; completing a failed job is
 	// ErrConflict; an earning above the job's price, or a receipt of
-	// another job, is an error and changes nothing.
+	// another job, is an error and changes nothing. A real job whose
+	// worker identity is no longer active (a verdict quarantined or
+	// banned it while the job ran) is ErrNotActive and changes nothing:
+	// the job stays assigned, for the caller to requeue or fail.
 	Complete(ctx context.Context, c Completion) error
 	// GetReceipt returns the receipt stored when the job completed;
 	// ErrNotFound if the job did not complete with one (or does not exist).

@@ -151,7 +151,11 @@ func (r Reputation) Judged(v Verdict) Reputation {
 	case VerdictCanaryPassed:
 		r.CanariesPassed++
 		r.Strikes = max(r.Strikes-CanaryCredit, 0)
-		r.EarnedCredits += max(v.Earning, 0)
+		if r.Standing != StandingBanned {
+			// A canary that was in flight when its worker was banned
+			// passes, but earns a banned identity nothing.
+			r.EarnedCredits += max(v.Earning, 0)
+		}
 	}
 	r.Standing = StandingAfter(r.Standing, r.Strikes, QuarantineStrikes)
 	if r.CanariesFailed >= BanCanaryFailures && 3*r.CanariesFailed > r.CanariesPassed {

@@ -40,6 +40,10 @@ var (
 	// ErrKeyLimit means the API key's spend in its period would pass its
 	// Limit.
 	ErrKeyLimit = errors.New("store: key spend limit reached")
+	// ErrNotActive means a job's worker identity was quarantined or
+	// banned before the job completed: its work is not accepted, and
+	// earns nothing.
+	ErrNotActive = errors.New("store: worker identity not in good standing")
 )
 
 // MaxActiveKeys is the most active API keys or worker tokens one account may

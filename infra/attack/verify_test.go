@@ -184,3 +184,69 @@ func TestBannedWorkerRefused(t *testing.T) {
 		t.Errorf("connect on a banned token: %v, body %q; want 403 saying banned", err, body)
 	}
 }
+
+// A verdict can land while the judged worker has jobs running (a canary's,
+// or another gateway's): what the worker finishes after it is refused. A
+// reply that reached the client in part ends in reply_rejected, refunded;
+// one not sent yet goes to another worker, charged once. The judged worker
+// earns nothing for either, and takes no new strike for them.
+func TestWorkFinishedAfterAVerdictIsRefused(t *testing.T) {
+	e := newEnv(t, options{})
+	user, contributor := e.newAccount("user", 10_000), e.newAccount("contributor", 0)
+	quarantine := func(acct *account) {
+		t.Helper()
+		w := e.workersOf(acct)[0]
+		if _, err := e.store.Judge(context.Background(), store.Verdict{JobID: "canary-" + acct.id, Conn: w.Conn,
+			Pubkey: w.Pubkey, AccountID: acct.id, TokenHash: w.TokenHash, Kind: store.VerdictCanaryFailed,
+			Strikes: store.CanaryStrikes, Reason: "canary_mismatch", At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	judgedOnce := func(acct *account) {
+		t.Helper()
+		rep := e.reputationOf(acct)
+		if rep.Standing != store.StandingQuarantined || rep.Strikes != store.CanaryStrikes || rep.JobsCompleted != 0 ||
+			rep.JobsRejected != 0 || rep.EarnedCredits != 0 {
+			t.Errorf("%s after its verdict and its refused job: %+v; want quarantined by the verdict alone, nothing earned", acct.id, rep)
+		}
+		e.expectEarned(acct, 0)
+	}
+
+	// Streamed: the first chunk reached the client before the verdict.
+	mallory := e.newAccount("mallory", 0)
+	h := e.hostileWorker(mallory)
+	c := e.start(user.apiKey, chatBody("stream this", true))
+	j := h.nextJob()
+	if err := h.chunk(j, 0, "partial"); err != nil {
+		t.Fatal(err)
+	}
+	quarantine(mallory)
+	if err := h.done(j, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := c.wait(t)
+	if len(r.Errors) != 1 || !strings.Contains(r.Errors[0], "reply_rejected") {
+		t.Errorf("a stream finished by a worker judged meanwhile: %s; want it ended with reply_rejected", r)
+	}
+	e.expectRefunded(j.Job)
+	e.expectCredits(user, 10_000)
+	judgedOnce(mallory)
+
+	// Whole: nothing reached the client, so another worker serves it.
+	trudy := e.newAccount("trudy", 0)
+	h2 := e.hostileWorker(trudy)
+	c = e.start(user.apiKey, chatBody("answer this", false))
+	j = h2.nextJob()
+	e.honestWorker(contributor, words("good", " answer"))
+	quarantine(trudy)
+	h2.serve(j, 2, "bad", " answer")
+	if r = c.wait(t); !r.ok() || r.Content != "good answer" {
+		t.Errorf("a reply finished by a worker judged meanwhile: %s; want another worker's", r)
+	}
+	if job := e.expectCharged(j.Job); job.WorkerAccount != contributor.id {
+		t.Errorf("the job was settled on %s's worker, want %s's", job.WorkerAccount, contributor.id)
+	}
+	e.expectCredits(user, 10_000-price)
+	e.expectEarned(contributor, earning)
+	judgedOnce(trudy)
+}

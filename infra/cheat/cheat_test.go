@@ -361,8 +361,9 @@ func (s *suite) report() {
 			rep.CanariesPassed+rep.CanariesFailed, rep.CanariesFailed, rep.EarnedCredits, det)
 		// Every credit an identity earned is an account's, and every one
 		// is for a job or a canary that passed: rejected work earns
-		// nothing.
-		if acct.Earned != rep.EarnedCredits || rep.EarnedCredits != earning*(rep.JobsCompleted+rep.CanariesPassed) {
+		// nothing (nor does a canary a banned identity passes).
+		paid := earning * (rep.JobsCompleted + rep.CanariesPassed)
+		if acct.Earned != rep.EarnedCredits || rep.EarnedCredits > paid || (w.honest && rep.EarnedCredits != paid) {
 			t.Errorf("%s: account earned %d, identity %d, for %d jobs and %d canaries passed (want %d each)",
 				w.name, acct.Earned, rep.EarnedCredits, rep.JobsCompleted, rep.CanariesPassed, earning)
 		}
@@ -382,9 +383,13 @@ func (s *suite) report() {
 		case d.JobsCompleted+d.JobsRejected+d.CanariesPassed+d.CanariesFailed > detectionBound:
 			t.Errorf("cheater %s quarantined after %d jobs, want at most %d", w.name,
 				d.JobsCompleted+d.JobsRejected+d.CanariesPassed+d.CanariesFailed, detectionBound)
-		case rep.EarnedCredits > d.EarnedCredits+earning:
-			// One job may have been in flight when the verdict came.
-			t.Errorf("cheater %s earned %d credits after its quarantine", w.name, rep.EarnedCredits-d.EarnedCredits)
+		case rep.JobsCompleted > d.JobsCompleted:
+			// Jobs in flight when the verdict came are refused.
+			t.Errorf("cheater %s completed %d jobs after its quarantine", w.name, rep.JobsCompleted-d.JobsCompleted)
+		case rep.EarnedCredits > d.EarnedCredits+earning*(rep.CanariesPassed-d.CanariesPassed):
+			// A passed canary is all a quarantined identity earns by.
+			t.Errorf("cheater %s earned %d credits after its quarantine, %d canaries passed", w.name,
+				rep.EarnedCredits-d.EarnedCredits, rep.CanariesPassed-d.CanariesPassed)
 		}
 	}
 	counts := s.stack.Canaries.Counts()

@@ -538,7 +538,9 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			items = append(items, s.earnItem(job.WorkerAccount, c.JobID, c.Earning))
 		}
 		items = s.withEntry(items, store.EarningEntry(job, c.Earning, c.At))
+		countAt := -1
 		if !job.Canary && job.WorkerPubkey != "" {
+			countAt = len(items)
 			items = append(items, s.countJobItem(job, c))
 		}
 		if c.Receipt != nil {
@@ -582,6 +584,8 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			if job.State == store.JobDone {
 				return nil
 			}
+		case countAt >= 0 && tf.failed(countAt):
+			return fail(fmt.Errorf("worker identity %s: %w", job.WorkerPubkey, store.ErrNotActive))
 		case freeAt >= 0 && tf.failed(freeAt):
 			freeWorker = false
 		}
@@ -608,8 +612,9 @@ func (s *Store) earnItem(account, jobID string, earning int64) types.TransactWri
 // countJobItem counts a completed job in its worker identity's reputation:
 // the job, its earning and the measured speed. The identity's record
 // exists from the worker's connect; if it does not (a job assigned before
-// reputations were kept), the update creates it, active. It needs no
-// condition: the job's lets one Complete through.
+// reputations were kept), the update creates it, active. Its condition is
+// the identity's standing: a quarantined or banned identity's work is not
+// counted or paid (the job's condition lets one Complete through).
 func (s *Store) countJobItem(job store.Job, c store.Completion) types.TransactWriteItem {
 	n := names(aJobsDone, aRepEarned, aStanding)
 	v := values{":one": num(1), ":e": num(c.Earning), ":active": str(string(store.StandingActive))}
@@ -621,6 +626,7 @@ func (s *Store) countJobItem(job store.Job, c store.Completion) types.TransactWr
 	return types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(),
 		Key:                      identityKey(job.WorkerAccount, job.WorkerPubkey).av(),
 		UpdateExpression:         aws.String("ADD #jobs_completed :one, #earned_credits :e SET " + set),
+		ConditionExpression:      aws.String("attribute_not_exists(#standing) OR #standing = :active"),
 		ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
 }
 

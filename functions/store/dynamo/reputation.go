@@ -200,6 +200,7 @@ type judgement struct {
 // identity's reputation, the token's standing (if it has a token), a
 // passed canary's earning, and the live worker's standing (if workerLive).
 func (s *Store) judgement(v store.Verdict, st standings, before, after store.Reputation, workerLive bool) judgement {
+	v.Earning = after.EarnedCredits - before.EarnedCredits // a passed canary's; none for a banned identity
 	marker := verdictKey(v.JobID, v.Pubkey).av()
 	marker[aAccount], marker["kind"], marker[aStrikes] = str(v.AccountID), str(string(v.Kind)), num(v.Strikes)
 	marker[aLastWhy], marker["at"] = str(v.Reason), num(nanos(v.At))

@@ -115,6 +115,9 @@ func countJob(tx *bolt.Tx, job store.Job, c store.Completion) error {
 	if err != nil {
 		return err
 	}
+	if rep.Standing != store.StandingActive {
+		return fmt.Errorf("worker identity %s is %s: %w", rep.Pubkey, rep.Standing, store.ErrNotActive)
+	}
 	rep.JobsCompleted++
 	rep.EarnedCredits += c.Earning
 	if c.MilliTokPerSec > 0 {
@@ -157,6 +160,7 @@ func (s *Store) Judge(ctx context.Context, v store.Verdict) (store.Reputation, e
 			}
 		}
 		if v.Kind == store.VerdictCanaryPassed {
+			v.Earning = after.EarnedCredits - before.EarnedCredits // none for a banned identity
 			if err := creditEarning(tx, store.CanaryEarningEntry(v)); err != nil {
 				return err
 			}

@@ -356,6 +356,48 @@ var reputationTests = []test{
 		want.JobsCompleted, want.EarnedCredits, want.MilliTokPerSec = 3, 8, 2000
 		sameReputation(t, "reputation after a completion without the worker", f.getReputation("wa", "pk1"), want)
 	}},
+	{"CompleteOutOfStanding", func(t *testing.T, f *fixture) {
+		// Work that was running when its identity was judged is not
+		// accepted: quarantined, its real jobs are refused; banned, its
+		// canaries still pass but earn nothing.
+		key := f.payer("payer", 100, 0)
+		f.account("wa", 0, 0)
+		f.mustConnect("w1", "wa", "pk1", "tok-1", at(1))
+		f.admit(key, "j1", "m1", 8, at(2))
+		f.assign("j1", "w1", at(3))
+		f.judge(verdict("c1", "w1", "pk1", "tok-1", store.VerdictCanaryFailed, store.CanaryStrikes))
+		want := f.getReputation("wa", "pk1")
+		c := store.Completion{JobID: "j1", Worker: "w1", CompletionTokens: 20, Earning: 6, At: at(4)}
+		wantErr(t, "Complete of a quarantined identity's job", f.s.Complete(f.ctx, c), store.ErrNotActive)
+		sameReputation(t, "reputation after a refused completion", f.getReputation("wa", "pk1"), want)
+		if j := f.getJob("j1"); j.State != store.JobAssigned || j.Worker != "w1" {
+			t.Errorf("refused job is %s on %q, want still assigned to w1", j.State, j.Worker)
+		}
+		if a := f.getAccount("wa"); a.Earned != 0 {
+			t.Errorf("worker account earned %d for refused work", a.Earned)
+		}
+		// The caller fails it with a refund: the user pays nothing.
+		f.fail("j1", true, at(5))
+		if a := f.getAccount("payer"); a.Credits != 100 {
+			t.Errorf("payer has %d credits after the refund, want 100", a.Credits)
+		}
+
+		// Banned with a canary in flight: it passes, and earns nothing.
+		for i := range store.BanStrikes/store.CanaryStrikes - 1 {
+			f.judge(verdict(fmt.Sprint("c", i+2), "w1", "pk1", "tok-1", store.VerdictCanaryFailed, store.CanaryStrikes))
+		}
+		if r := f.getReputation("wa", "pk1"); r.Standing != store.StandingBanned {
+			t.Fatalf("after %d strikes: %+v, want banned", store.BanStrikes, r)
+		}
+		v := verdict("late-pass", "w1", "pk1", "tok-1", store.VerdictCanaryPassed, 0)
+		v.Earning = 2
+		if r := f.judge(v); r.EarnedCredits != 0 || r.CanariesPassed != 1 {
+			t.Errorf("a banned identity's passed canary: %+v, want counted, 0 credits earned", r)
+		}
+		if a := f.getAccount("wa"); a.Earned != 0 {
+			t.Errorf("worker account earned %d after its ban", a.Earned)
+		}
+	}},
 	{"List", func(t *testing.T, f *fixture) {
 		for _, id := range []struct{ conn, account, pubkey string }{
 			{"c1", "wa", "pk-b"}, {"c2", "wa", "pk-a"}, {"c3", "wb", "pk-c"}, {"c4", "w", "pk-z"}, {"c5", "wa", "pk-c"},
