@@ -3,9 +3,16 @@
 // built-in GGUF engine) to the network over the relay and serves jobs for
 // USDC.
 //
+//	workerd setup [--model ID] [--yes] [run flags]
+//	                                         detect hardware, pull, tune and benchmark a model, write workerd.json
 //	workerd init [--home DIR] [--key-file FILE] [FILE]
 //	                                         create the identity keypair
 //	workerd [run] [flags]                    connect and serve until SIGINT/SIGTERM
+//	workerd doctor [--json] [--skip-bench] [run flags]
+//	                                         check the set-up, one line per check with its fix
+//	workerd service install|uninstall|status [--dry-run]
+//	                                         run as a systemd user unit or launchd agent
+//	workerd earnings [--json]                what the account's workers earned, were paid, are owed
 //	workerd shard plan|accept|verify|sign    sharded-ring tools (functions/shard/README.md)
 //	workerd version | --version
 //	workerd help | --help
@@ -27,10 +34,16 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/backend"
 	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
+	"github.com/c0mpute/c0mpute/workerd/backend/comfyui"
 	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 	"github.com/c0mpute/c0mpute/workerd/backend/openaicompat"
 	"github.com/c0mpute/c0mpute/workerd/config"
+	"github.com/c0mpute/c0mpute/workerd/doctor"
+	"github.com/c0mpute/c0mpute/workerd/earningscmd"
 	"github.com/c0mpute/c0mpute/workerd/identity"
+	"github.com/c0mpute/c0mpute/workerd/metrics"
+	"github.com/c0mpute/c0mpute/workerd/servicecmd"
+	"github.com/c0mpute/c0mpute/workerd/setup"
 	"github.com/c0mpute/c0mpute/workerd/shardcmd"
 )
 
@@ -38,8 +51,10 @@ import (
 var version = "dev"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "shard" {
-		os.Exit(shardcmd.Main(os.Args[2:], shardcmd.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}))
+	if len(os.Args) > 1 {
+		if code, ok := subcommand(os.Args[1], os.Args[2:]); ok {
+			os.Exit(code)
+		}
 	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "workerd:", err)
@@ -47,12 +62,34 @@ func main() {
 	}
 }
 
+// subcommand runs the commands that live in packages of their own, and
+// reports whether name is one.
+func subcommand(name string, args []string) (code int, ok bool) {
+	switch name {
+	case "shard":
+		return shardcmd.Main(args, shardcmd.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}), true
+	case "doctor":
+		return doctor.Main(args, doctor.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}), true
+	case "service":
+		return servicecmd.Main(args, servicecmd.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}), true
+	case "setup":
+		return setup.Main(args, setup.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}), true
+	case "earnings":
+		return earningscmd.Main(args, earningscmd.Env{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}), true
+	}
+	return 0, false
+}
+
 // usage is `workerd --help`.
 const usage = `usage: workerd [COMMAND] [flags]
 
 commands:
   run      connect to the relay and serve jobs until SIGINT or SIGTERM (the default)
+  setup    detect GPUs, pick an under-served model that fits, pull and tune it, benchmark, write workerd.json
   init     create the identity keypair (workerd init --help)
+  doctor   check the configuration, identity, relay, clock, token, backend and models, with fixes
+  service  run workerd as a user service: install, uninstall, status (systemd or launchd)
+  earnings what this account's workers earned, were paid and are owed (--json)
   shard    sharded-ring tools: plan, accept, verify, sign (workerd shard --help)
   version  print the version (also --version)
   help     this text (also -h, --help)
@@ -69,7 +106,7 @@ func run(args []string) error {
 		case a == "--version" || a == "-version":
 			cmd = "version"
 		case !strings.HasPrefix(a, "-"):
-			return fmt.Errorf("unknown command %q: the commands are run, init, shard, version and help (workerd --help)", a)
+			return fmt.Errorf("unknown command %q: the commands are run, setup, init, doctor, service, earnings, shard, version and help (workerd --help)", a)
 		}
 	}
 	switch cmd {
@@ -99,33 +136,65 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	var be backend.Backend
-	switch cfg.Backend {
-	case "ollama":
-		be = ollama.New(cfg.BackendURL)
-	case builtin.Name:
-		b, err := builtin.New(cfg.GGUF, builtin.WithLogger(log))
+	be, closeBackend, err := newBackend(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	log.Info("workerd starting", "version", version, "wallet", identity.Address(key), "relay", cfg.RelayURL,
+		"backend", cfg.Backend, "backend_url", cfg.BackendURL, "gguf", cfg.GGUF)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var obs agent.Observer
+	if cfg.MetricsAddr != "" {
+		m, err := metrics.Serve(ctx, cfg.MetricsAddr, log)
 		if err != nil {
 			return err
 		}
-		defer b.Close()
-		be = b
+		obs = m
+	}
+	a := agent.New(agent.Config{RelayURL: cfg.RelayURL, Token: cfg.Token, Key: key, Backend: be,
+		Models: cfg.Models, Log: log, Version: version, Observer: obs})
+	err = a.Run(ctx)
+	log.Info("workerd stopped")
+	return err
+}
+
+// newBackend builds the inference backend cfg names, and what closes it.
+func newBackend(cfg config.Config, log *slog.Logger) (backend.Backend, func(), error) {
+	switch cfg.Backend {
+	case "ollama":
+		return ollama.New(cfg.BackendURL), func() {}, nil
+	case builtin.Name:
+		b, err := builtin.New(cfg.GGUF, builtin.WithLogger(log))
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() { b.Close() }, nil
+	case "comfyui":
+		var opts []comfyui.Option
+		if cfg.Workflow != "" {
+			wf, err := comfyui.LoadWorkflow(cfg.Workflow)
+			if err != nil {
+				return nil, nil, err
+			}
+			opts = append(opts, comfyui.WithWorkflow(wf))
+		}
+		b, err := comfyui.New(cfg.BackendURL, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() {}, nil
 	default:
 		opts := []openaicompat.Option{openaicompat.WithAPIKey(cfg.BackendKey)}
 		if cfg.DeveloperRole {
 			opts = append(opts, openaicompat.WithDeveloperRole())
 		}
-		be = openaicompat.New(cfg.BackendURL, opts...)
+		if len(cfg.ImageModels) > 0 {
+			opts = append(opts, openaicompat.WithImageModels(cfg.ImageModels...))
+		}
+		return openaicompat.New(cfg.BackendURL, opts...), func() {}, nil
 	}
-	log.Info("workerd starting", "version", version, "wallet", identity.Address(key), "relay", cfg.RelayURL,
-		"backend", cfg.Backend, "backend_url", cfg.BackendURL, "gguf", cfg.GGUF)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	a := agent.New(agent.Config{RelayURL: cfg.RelayURL, Token: cfg.Token, Key: key, Backend: be,
-		Models: cfg.Models, Log: log, Version: version})
-	err = a.Run(ctx)
-	log.Info("workerd stopped")
-	return err
 }
 
 // initUsage is `workerd init --help`.

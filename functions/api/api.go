@@ -66,6 +66,9 @@ type Store interface {
 	SetWallet(ctx context.Context, accountID, wallet string) (store.Account, error)
 	GetTransfer(ctx context.Context, key string) (store.Transfer, error)
 	RequestPayout(ctx context.Context, accountID string, at time.Time) (store.Account, error)
+	// GetWorkerToken authenticates a worker token on the routes it may
+	// read (workertoken.go).
+	GetWorkerToken(ctx context.Context, hash string) (store.Secret, error)
 }
 
 // Dispatcher assigns jobs to workers.
@@ -234,6 +237,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/chat/completions", s.authedCached(s.chat))
+	mux.Handle("POST /v1/images/generations", s.authedCached(s.images))
 	mux.Handle("GET /v1/models", handler(s.models))
 	mux.Handle("GET /v1/models/{id...}", handler(s.model))
 	mux.Handle("GET /v1/balance", s.authed(s.balance))
@@ -242,7 +246,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /v1/deposits", s.authed(s.listDeposits))
 	mux.Handle("POST /v1/deposits/{id}/verify", s.authed(s.verifyDeposit))
 	mux.Handle("POST /v1/x402/top-up", handler(s.topUp))
-	mux.Handle("GET /v1/earnings", s.authed(s.earnings))
+	mux.Handle("GET /v1/earnings", s.readable(s.earnings))
 	mux.Handle("POST /v1/payouts", s.managing(s.requestPayout))
 	mux.Handle("GET /v1/staking", s.authed(s.staking))
 	mux.Handle("POST /v1/staking/transactions", s.authed(s.stakingTransaction))
@@ -250,7 +254,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("POST /v1/payout-wallet", s.managing(s.setPayoutWallet))
 	mux.Handle("GET /v1/stats", handler(s.stats))
 	mux.Handle("GET /v1/receipts/{id}", s.authed(s.receipt))
-	mux.Handle("GET /v1/workers", s.authed(s.workers))
+	mux.Handle("GET /v1/workers", s.readable(s.workers))
 	mux.Handle("POST /v1/auth/siws/challenge", handler(s.challenge))
 	mux.Handle("POST /v1/auth/siws/verify", handler(s.verifySignIn))
 	mux.Handle("GET /v1/keys", s.managing(s.listKeys))
@@ -336,6 +340,9 @@ func (s *Server) auth(next handler, cached bool) http.Handler {
 	return handler(func(w http.ResponseWriter, r *http.Request) error {
 		token := credential.Bearer(r.Header.Get("Authorization"))
 		if !credential.WellFormed(credential.APIKeyPrefix, token) {
+			if credential.WellFormed(credential.WorkerTokenPrefix, token) {
+				return errWorkerTokenHere
+			}
 			return oaiwire.ErrInvalidKey
 		}
 		hash := credential.Hash(token)
@@ -345,24 +352,34 @@ func (s *Server) auth(next handler, cached bool) http.Handler {
 				return next(w, r.WithContext(ctx))
 			}
 		}
-		key, err := s.store.GetAPIKey(r.Context(), hash)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return oaiwire.ErrInvalidKey
-		case err != nil:
+		key, err := s.liveKey(r.Context(), hash)
+		if err != nil {
 			return err
-		case !key.Active():
-			s.keys.evict(hash)
-			return oaiwire.ErrInvalidKey
-		case key.Expired(s.now()):
-			s.keys.evict(hash)
-			return errKeyExpired
 		}
 		s.keys.put(hash, key.AccountID, s.now())
 		ctx := context.WithValue(r.Context(), principalKey{}, principal{account: key.AccountID, keyHash: hash,
 			limited: key.Limit > 0 || !key.ExpiresAt.IsZero()})
 		return next(w, r.WithContext(ctx))
 	})
+}
+
+// liveKey reads the API key with hash from the store: an unknown, revoked
+// or expired key is the error to answer (and leaves the key cache).
+func (s *Server) liveKey(ctx context.Context, hash string) (store.Secret, error) {
+	key, err := s.store.GetAPIKey(ctx, hash)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Secret{}, oaiwire.ErrInvalidKey
+	case err != nil:
+		return store.Secret{}, err
+	case !key.Active():
+		s.keys.evict(hash)
+		return store.Secret{}, oaiwire.ErrInvalidKey
+	case key.Expired(s.now()):
+		s.keys.evict(hash)
+		return store.Secret{}, errKeyExpired
+	}
+	return key, nil
 }
 
 // notConfigured is the 404 of a route whose feature this gateway runs

@@ -47,24 +47,57 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return oaiwire.ModelNotFound(req.Model)
 	}
 	rm.setModel(model.ID)
+	if model.Image != nil {
+		return oaiwire.InvalidRequest("model", model.ID+" is an image model: use POST /v1/images/generations. The request was not charged.")
+	}
 	needs := needsOf(req)
 	if why, param := s.unservable(r.Context(), model.ID, needs); why != "" {
 		return oaiwire.InvalidRequest(param, why+". The request was not charged.")
 	}
+	if _, canary := canaryOf(r); !canary {
+		if err := s.unavailable(r, model.ID); err != nil {
+			return err
+		}
+	}
+	id := newCompletionID()
+	job, box, err := s.admit(w, r, id, model, needs)
+	if err != nil {
+		return err
+	}
+	defer box.Close()
+	p := who(r)
+	now := job.Created
+	if !job.Canary {
+		w = s.withBalance(w, p.account)
+	}
+	var out sink
+	if req.Stream {
+		out = newStreamSink(w, job.ID, model.ID, now, req.IncludeUsage(), rm)
+	} else {
+		out = newBufferSink(w, job.ID, model.ID, now)
+	}
+	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out, rm: rm}
+	return run.serve(r.Context())
+}
+
+// admit opens a job's mailbox, then rate-limits the request and debits
+// model's price in one store write, queueing the job with id and needs. It
+// sets the rate-limit and cost headers; on an error (already in OpenAI's
+// shape where the client is to blame) the mailbox is closed, else the
+// caller closes it.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, model catalog.Model, needs store.Needs) (store.Job, *listener.Mailbox, error) {
 	conn, err := s.relay.Conn()
 	if err != nil {
 		s.log.Error("relay listener down", "err", err)
-		return oaiwire.ErrNoWorker
+		return store.Job{}, nil, oaiwire.ErrNoWorker
 	}
 	// The mailbox opens before the job exists: from the moment Admit
 	// queues it, any dispatcher may assign it and send the assignment here.
-	id := newCompletionID()
 	box, err := s.relay.Subscribe(id, conn)
 	if err != nil {
 		s.log.Error("relay listener down", "err", err)
-		return oaiwire.ErrNoWorker
+		return store.Job{}, nil, oaiwire.ErrNoWorker
 	}
-	defer box.Close()
 	p := who(r)
 	now := s.now()
 	window := now.Truncate(time.Minute)
@@ -91,39 +124,31 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err == nil {
 		w.Header().Set(headerCost, strconv.FormatInt(model.Price, 10))
 	}
-	job := adm.Job
+	if err != nil {
+		box.Close()
+	}
 	switch {
 	case errors.Is(err, store.ErrRateLimited):
 		retry := int(window.Add(time.Minute).Sub(now).Seconds()) + 1
-		return oaiwire.RateLimited(s.rateLimit(), retry)
+		return store.Job{}, nil, oaiwire.RateLimited(s.rateLimit(), retry)
 	case errors.Is(err, store.ErrInsufficientCredits):
-		return oaiwire.ErrInsufficientQuota
+		return store.Job{}, nil, oaiwire.ErrInsufficientQuota
 	case errors.Is(err, store.ErrKeyLimit):
-		return s.keyLimit(r.Context(), p.keyHash, model.Price)
+		return store.Job{}, nil, s.keyLimit(r.Context(), p.keyHash, model.Price)
 	case errors.Is(err, store.ErrExpired):
 		s.keys.evict(p.keyHash)
-		return errKeyExpired
+		return store.Job{}, nil, errKeyExpired
 	case errors.Is(err, store.ErrRevoked), errors.Is(err, store.ErrNotFound):
 		s.keys.evict(p.keyHash)
-		return oaiwire.ErrInvalidKey
+		return store.Job{}, nil, oaiwire.ErrInvalidKey
 	case err != nil:
 		// A store error may hide a write that committed (a reply lost
 		// after the SDK gave up): fail the job with a refund in case it
 		// exists, so no one is charged for a job nobody waits for.
 		s.settleFailure(id, "admit_error", true)
-		return fmt.Errorf("admit: %w", err)
+		return store.Job{}, nil, fmt.Errorf("admit: %w", err)
 	}
-	if !job.Canary {
-		w = s.withBalance(w, p.account)
-	}
-	var out sink
-	if req.Stream {
-		out = newStreamSink(w, job.ID, model.ID, now, req.IncludeUsage(), rm)
-	} else {
-		out = newBufferSink(w, job.ID, model.ID, now)
-	}
-	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out, rm: rm}
-	return run.serve(r.Context())
+	return adm.Job, box, nil
 }
 
 // headerCost is a chat response's price, in credits (debited at admission;

@@ -237,28 +237,46 @@ func (s *Server) putGauges(ctx context.Context) {
 // every request.
 const statsCacheTTL = 2 * time.Second
 
-// statsCache holds the last counters read. One reader at a time: callers
-// that arrive during a read wait for it rather than read too.
+// statsCache holds the last counters read. While one caller reads them
+// again, the others take the figures it is replacing, so no request waits
+// on another's read (chat requests read them: see unavailable).
 type statsCache struct {
-	mu sync.Mutex
-	at time.Time
-	st store.Stats
+	mu         sync.Mutex
+	at         time.Time
+	st         store.Stats
+	refreshing bool
 }
 
-// networkStats is the store's Stats, at most statsCacheTTL old.
+// networkStats is the store's Stats, at most statsCacheTTL old (a little
+// more while another caller reads them again). The maps are shared:
+// callers do not change them.
 func (s *Server) networkStats(ctx context.Context) (store.Stats, error) {
+	return s.readStats(ctx, statsCacheTTL)
+}
+
+// readStats is the store's Stats, at most maxAge old; 0 reads them now.
+func (s *Server) readStats(ctx context.Context, maxAge time.Duration) (store.Stats, error) {
 	c := &s.statsCache
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	now := s.now()
-	if !c.at.IsZero() && now.Sub(c.at) < statsCacheTTL && !now.Before(c.at) {
-		return c.st, nil
+	fresh := !c.at.IsZero() && now.Sub(c.at) < maxAge && !now.Before(c.at)
+	if fresh || (maxAge > 0 && c.refreshing && !c.at.IsZero()) {
+		st := c.st
+		c.mu.Unlock()
+		return st, nil
 	}
+	c.refreshing = true
+	c.mu.Unlock()
 	st, err := s.store.Stats(ctx, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refreshing = false
 	if err != nil {
 		return store.Stats{}, err
 	}
-	c.at, c.st = now, st
+	if now.After(c.at) {
+		c.at, c.st = now, st
+	}
 	return st, nil
 }
 

@@ -46,11 +46,12 @@ const (
 	modelMarker      = "MODEL-MARKER-44d0"
 )
 
-// served and idle are the catalog's models: one a worker serves, one nobody
-// does.
+// served, idle and left are the catalog's models: one a worker serves,
+// one nobody does, and one whose worker left a moment ago.
 const (
 	served = "c0mpute-pro"
 	idle   = "c0mpute-mini"
+	left   = "c0mpute-left"
 )
 
 // scripted is the worker's inference server: a fixed reply carrying the
@@ -191,7 +192,7 @@ func newGateway(t *testing.T) *gateway {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	cat, err := catalog.New([]catalog.Model{{ID: served, Price: 10}, {ID: idle, Price: 1}})
+	cat, err := catalog.New([]catalog.Model{{ID: served, Price: 10}, {ID: idle, Price: 1}, {ID: left, Price: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +273,17 @@ func newGateway(t *testing.T) *gateway {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the worker did not register")
 	}
+	// A worker of left came and went: requests for it wait in the queue.
+	gone := store.Worker{Conn: "gone", AccountID: "payer", State: store.WorkerIdle, ConnectedAt: now}
+	if err := st.PutWorker(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterWorker(ctx, gone.Conn, []string{left}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DeleteWorker(ctx, gone.Conn); err != nil {
+		t.Fatal(err)
+	}
 	return &gateway{api: a, metrics: out, key: key}
 }
 
@@ -328,7 +340,8 @@ func TestMetricsOfACompletedRequest(t *testing.T) {
 
 	// The request made the gauges due: one record per catalog model, from
 	// the store's counters, the one without workers at 0.
-	want := map[string]string{"Model=" + served: "OnlineWorkers=1 QueueDepth=0", "Model=" + idle: "OnlineWorkers=0 QueueDepth=0"}
+	want := map[string]string{"Model=" + served: "OnlineWorkers=1 QueueDepth=0", "Model=" + idle: "OnlineWorkers=0 QueueDepth=0",
+		"Model=" + left: "OnlineWorkers=0 QueueDepth=0"}
 	g.metrics.waitFor(t, "gauges", func(recs []record) bool {
 		got := map[string]string{}
 		for _, r := range recs {
@@ -363,11 +376,16 @@ func TestMetricsOfErrors(t *testing.T) {
 			" Requests=1",
 			"Code=invalid_api_key Errors=1",
 		}},
-		{"no worker, refunded", true, idle, http.StatusServiceUnavailable, []string{
+		{"no worker lately, at once", true, idle, http.StatusServiceUnavailable, []string{
 			" ServerErrors=1",
 			"Code=no_worker_available Errors=1",
-			"Model=" + idle + " Duration QueueWait Requests=1",
-			"Model=" + idle + " Refunds=1",
+			"Model=" + idle + " Duration Requests=1",
+		}},
+		{"no worker after the queue wait, refunded", true, left, http.StatusServiceUnavailable, []string{
+			" ServerErrors=1",
+			"Code=no_worker_available Errors=1",
+			"Model=" + left + " Duration QueueWait Requests=1",
+			"Model=" + left + " Refunds=1",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,10 @@ type modelJSON struct {
 	Pricing   pricingJSON `json:"pricing"`
 	Aliases   []string    `json:"aliases,omitempty"`
 	Note      string      `json:"note,omitempty"`
+	// Ollama and MemoryMiB tell `workerd setup` which Ollama model serves
+	// this one and the memory it needs (catalog.Model).
+	Ollama    string `json:"ollama,omitempty"`
+	MemoryMiB int64  `json:"memory_mib,omitempty"`
 }
 
 // modelCreated is a fixed creation time: the catalogue is configuration
@@ -35,7 +39,8 @@ func toModelJSON(m catalog.Model, online map[string]int64) modelJSON {
 		owner = "c0mpute"
 	}
 	return modelJSON{ID: m.ID, Object: "model", Created: modelCreated, OwnedBy: owner, Available: online[m.ID] > 0,
-		Pricing: pricingJSON{CreditsPerRequest: m.Price, USDPerRequest: usd(m.Price)}, Aliases: m.Aliases, Note: m.Note}
+		Pricing: pricingJSON{CreditsPerRequest: m.Price, USDPerRequest: usd(m.Price)}, Aliases: m.Aliases, Note: m.Note,
+		Ollama: m.Ollama, MemoryMiB: m.MemoryMiB}
 }
 
 // online counts registered workers per model, from the store's counters

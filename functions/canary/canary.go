@@ -228,6 +228,9 @@ func (r *Runner) Pass(ctx context.Context) error {
 		}
 		reps[w.Conn] = rep
 		for _, m := range w.Models {
+			if cm, ok := r.cfg.Catalog.Resolve(m); ok && cm.Image != nil {
+				continue // canaries are chat prompts: an image model gets none
+			}
 			byModel[m] = append(byModel[m], w)
 		}
 	}

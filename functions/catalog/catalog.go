@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -32,6 +33,47 @@ type Model struct {
 	// random-weight test model) a canary's reply is compared with other
 	// workers' replies.
 	KnownAnswers bool `json:"known_answers,omitempty"`
+	// Image makes the model an image model: it serves POST
+	// /v1/images/generations (and no chat), at Price per image.
+	Image *ImageSpec `json:"image,omitempty"`
+	// Ollama is the Ollama model (name:tag) that serves the model, so that
+	// `workerd setup` can pull it for a new worker; empty if none does.
+	Ollama string `json:"ollama,omitempty" validate:"omitempty,max=256"`
+	// MemoryMiB is the memory (GPU, or RAM on a CPU) the model needs at
+	// its default context, in MiB; setup offers it only where it fits.
+	MemoryMiB int64 `json:"memory_mib,omitempty" validate:"min=0,max=16777216"`
+}
+
+// ImageSpec is what an image model renders.
+type ImageSpec struct {
+	// Sizes are the sizes a request may ask for, "WIDTHxHEIGHT" in
+	// pixels (each side 64 to 4096, a multiple of 8, as diffusion models'
+	// latents need); the first is the default.
+	Sizes []string `json:"sizes" validate:"required,min=1,max=16,dive,required,max=9"`
+}
+
+// DefaultSize is the size a request that names none gets.
+func (s *ImageSpec) DefaultSize() string { return s.Sizes[0] }
+
+// ParseSize reads an image size, "WIDTHxHEIGHT" in pixels, each side 64 to
+// 4096 and a multiple of 8.
+func ParseSize(size string) (width, height int, err error) {
+	w, h, ok := strings.Cut(size, "x")
+	if ok {
+		width, err = strconv.Atoi(w)
+		if err == nil {
+			height, err = strconv.Atoi(h)
+		}
+	}
+	if !ok || err != nil || strconv.Itoa(width) != w || strconv.Itoa(height) != h {
+		return 0, 0, fmt.Errorf("image size %q is not WIDTHxHEIGHT, e.g. 1024x1024", size)
+	}
+	for _, side := range []int{width, height} {
+		if side < 64 || side > 4096 || side%8 != 0 {
+			return 0, 0, fmt.Errorf("image size %q: each side must be 64 to 4096 pixels and a multiple of 8", size)
+		}
+	}
+	return width, height, nil
 }
 
 // Default is the network's standard line-up (SPEC: "Models and flat
@@ -43,6 +85,7 @@ func Default() []Model {
 		{ID: "c0mpute-max-think", Price: 20, KnownAnswers: true},
 		{ID: "supergemma4-26b", Price: 15, KnownAnswers: true},
 		{ID: "code", Price: 15, Aliases: []string{"devstral-24b", "c0mpute-code"}, KnownAnswers: true},
+		{ID: "c0mpute-image", Price: 20, Image: &ImageSpec{Sizes: []string{"1024x1024", "768x768", "512x512", "1024x768", "768x1024"}}},
 	}
 }
 
@@ -105,6 +148,13 @@ func FromSource(source string) (*Catalog, error) {
 func (c *Catalog) Add(m Model) error {
 	if err := validate.Struct(m); err != nil {
 		return fmt.Errorf("catalog: model %q: %w", m.ID, err)
+	}
+	if m.Image != nil {
+		for _, size := range m.Image.Sizes {
+			if _, _, err := ParseSize(size); err != nil {
+				return fmt.Errorf("catalog: model %q: %w", m.ID, err)
+			}
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -98,3 +98,33 @@ func TestIDs(t *testing.T) {
 		t.Fatalf("IDs() = %v", got)
 	}
 }
+
+func TestImageModels(t *testing.T) {
+	c, err := New(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := c.Resolve("c0mpute-image"); !ok || m.Image == nil || m.Price != 20 || m.Image.DefaultSize() != "1024x1024" {
+		t.Fatalf("default image model: %+v, %v", m, ok)
+	}
+	for size, ok := range map[string]bool{"1024x1024": true, "64x4096": true, "512x768": true,
+		"1024": false, "1024x": false, "x1024": false, "1024X1024": false, "+512x512": false, "0512x512": false,
+		"1000x1001": false, "56x64": false, "8192x8192": false, " 512x512": false, "512x512x512": false} {
+		if _, _, err := ParseSize(size); (err == nil) != ok {
+			t.Errorf("ParseSize(%q) error %v, want ok=%v", size, err, ok)
+		}
+	}
+	for name, in := range map[string]string{
+		"no sizes":  `[{"id":"i","price":20,"image":{"sizes":[]}}]`,
+		"bad size":  `[{"id":"i","price":20,"image":{"sizes":["1000x1001"]}}]`,
+		"not WxH":   `[{"id":"i","price":20,"image":{"sizes":["big"]}}]`,
+		"no object": `[{"id":"i","price":20,"image":{}}]`,
+	} {
+		if _, err := Load(strings.NewReader(in)); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+	if _, err := Load(strings.NewReader(`[{"id":"i","price":20,"image":{"sizes":["512x512","1024x1024"]}}]`)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -78,6 +78,9 @@ type ModelCaps struct {
 	// Context is the context length in tokens the worker runs the model
 	// with; 0 if it does not know.
 	Context int64 `json:"context,omitempty" validate:"min=0,max=16777216"`
+	// Image says the model renders images (it is sent ImageJobs, and
+	// no chat).
+	Image bool `json:"image,omitempty"`
 }
 
 // Heartbeat keeps a connection inside API Gateway's idle timeout.
@@ -90,7 +93,8 @@ type Drain struct {
 	Header
 }
 
-// Chunk carries a batch of deltas of one job's reply.
+// Chunk carries a batch of deltas of one job's reply, or one part of an
+// image job's image: exactly one of Deltas and Image is set.
 type Chunk struct {
 	Header
 	Job string `json:"job" validate:"required,max=64"`
@@ -102,7 +106,10 @@ type Chunk struct {
 	// Seq orders a job's chunk, done and fail messages from 0: API Gateway
 	// may deliver them out of order.
 	Seq    int64           `json:"seq" validate:"min=0"`
-	Deltas []oaiwire.Delta `json:"deltas" validate:"required,min=1,max=4096"`
+	Deltas []oaiwire.Delta `json:"deltas,omitempty" validate:"max=4096"`
+	// Image is a part of an image job's reply (see ImageJob); Seq is its
+	// index.
+	Image *ImagePart `json:"image,omitempty"`
 	// Ticket is the job's ticket, copied from the Job message.
 	Ticket string `json:"ticket" validate:"required,len=43"`
 }
@@ -263,6 +270,9 @@ func Decode(b []byte) (any, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("relaymsg: %s: trailing data after the message", h.Type)
 	}
+	if c, ok := m.(*Chunk); ok && (len(c.Deltas) == 0) == (c.Image == nil) {
+		return nil, errors.New("relaymsg: chunk: want Deltas (at least one) or Image, exactly one of them")
+	}
 	if err := validate.Struct(m); err != nil {
 		return nil, fmt.Errorf("relaymsg: %s: %w", h.Type, err)
 	}
@@ -313,6 +323,7 @@ var constructors = map[string]func() message{
 	TypeFail:       func() message { return new(Fail) },
 	TypeRegistered: func() message { return new(Registered) },
 	TypeJob:        func() message { return new(Job) },
+	TypeImageJob:   func() message { return new(ImageJob) },
 	TypeCancel:     func() message { return new(Cancel) },
 	TypeError:      func() message { return new(Error) },
 	TypeAssign:     func() message { return new(Assign) },

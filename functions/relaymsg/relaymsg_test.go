@@ -73,6 +73,11 @@ func samples() []any {
 		&Lost{Job: "job_1", Worker: "R1kmxc2VNjMCFIA="},
 		&Hello{},
 		&Welcome{Conn: "TWegAcC4EowCHnA="},
+		&ImageJob{Job: "img_1", ReplyTo: "TWegAcC4EowCHnA=", Model: "c0mpute-image",
+			Request:  ImageRequest{Prompt: "a lighthouse at dusk, <oil> & ink", Width: 1024, Height: 768},
+			Deadline: time.Date(2026, 11, 29, 16, 1, 34, 500_000_000, time.UTC), BudgetMillis: 120_000, Ticket: tkt},
+		&Chunk{Job: "img_1", To: "TWegAcC4EowCHnA=", From: "R1kmxc2VNjMCFIA=", Seq: 1,
+			Image: &ImagePart{Parts: 2, Data: []byte("\x89PNG\r\n\x1a\n")}, Ticket: tkt},
 	}
 }
 

@@ -355,7 +355,7 @@ func (h *Handler) caps(m *relaymsg.Register) map[string]store.Caps {
 		if !ok || !slices.Contains(m.Models, c.Model) {
 			continue
 		}
-		out[model.ID] = store.Caps{Vision: c.Vision, Tools: c.Tools, ResponseFormat: c.ResponseFormat, Context: c.Context}
+		out[model.ID] = store.Caps{Vision: c.Vision, Tools: c.Tools, ResponseFormat: c.ResponseFormat, Context: c.Context, Image: c.Image}
 	}
 	return out
 }

@@ -319,6 +319,9 @@ type Needs struct {
 	// estimated from its bytes (functions/api's needsOf); 0 means no need
 	// known.
 	Context int64 `json:"context,omitempty"`
+	// Image is an image job's: only a worker whose backend renders the
+	// model's images serves it.
+	Image bool `json:"image,omitempty"`
 }
 
 // Caps is what a worker's backend supports for one model, as the worker
@@ -331,13 +334,15 @@ type Caps struct {
 	// Context is the model's context length in tokens; 0 is unknown,
 	// which serves any need.
 	Context int64 `json:"context,omitempty"`
+	// Image says the backend renders the model's images.
+	Image bool `json:"image,omitempty"`
 }
 
 // Serves reports whether a worker with these capabilities can serve a job
 // with needs n.
 func (c Caps) Serves(n Needs) bool {
 	return (!n.Vision || c.Vision) && (!n.Tools || c.Tools) && (!n.ResponseFormat || c.ResponseFormat) &&
-		(c.Context == 0 || n.Context <= c.Context)
+		(c.Context == 0 || n.Context <= c.Context) && (!n.Image || c.Image)
 }
 
 // RegisteredCaps is caps restricted to models, the capabilities
@@ -493,6 +498,10 @@ type Receipt struct {
 	Signature        string `json:"signature"`
 }
 
+// SeenMemory is how long at least a store remembers that a worker served
+// a model (Stats.RecentModels).
+const SeenMemory = time.Hour
+
 // Stats are network-wide figures for GET /v1/stats. Every store keeps them
 // as counters that change in the same atomic write as the state they count,
 // so reading them costs the same however large the network.
@@ -504,8 +513,13 @@ type Stats struct {
 	// jobs of each model. A model with none is left out.
 	WorkersByModel map[string]int64 `json:"workers_by_model"`
 	QueueByModel   map[string]int64 `json:"queue_by_model"`
-	JobsCompleted  int64            `json:"jobs_completed"`
-	TokensServed   int64            `json:"tokens_served"`
+	// RecentModels holds the models a registered worker served within
+	// SeenMemory at least (the store may remember longer): a model none
+	// serves now but one did lately is worth waiting for, one nobody
+	// served lately is not.
+	RecentModels  map[string]bool `json:"recent_models,omitempty"`
+	JobsCompleted int64           `json:"jobs_completed"`
+	TokensServed  int64           `json:"tokens_served"`
 	// TokensLastMinute is the completion tokens of jobs finished in the
 	// last full minute.
 	TokensLastMinute int64 `json:"tokens_last_minute"`

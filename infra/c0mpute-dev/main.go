@@ -499,7 +499,8 @@ func devPrice(cat *catalog.Catalog) int64 {
 }
 
 // offerOllama adds each Ollama model under its own name, priced like
-// c0mpute-pro (devPrice).
+// c0mpute-pro (devPrice), naming that Ollama model as the one that serves
+// it (what workerd setup pulls).
 func offerOllama(cat *catalog.Catalog, models []string, log *slog.Logger) {
 	price := devPrice(cat)
 	for _, m := range models {
@@ -507,7 +508,7 @@ func offerOllama(cat *catalog.Catalog, models []string, log *slog.Logger) {
 		if _, ok := cat.Resolve(name); ok {
 			continue
 		}
-		if err := cat.Add(catalog.Model{ID: name, Price: price, OwnedBy: "ollama"}); err != nil {
+		if err := cat.Add(catalog.Model{ID: name, Price: price, OwnedBy: "ollama", Ollama: m}); err != nil {
 			log.Warn("cannot offer Ollama model", "model", name, "err", err)
 		}
 	}

@@ -29,6 +29,7 @@ func (s *lostAdmit) Admit(ctx context.Context, r store.AdmitRequest) (store.Admi
 func TestAdmitReplyLost(t *testing.T) {
 	st := &lostAdmit{Store: openStore(t)}
 	e := newEnv(t, envOptions{credits: 100, store: st})
+	e.workerLeft(tinyModel)
 	_, err := e.client.Chat.Completions.New(context.Background(), chatParams("hello world", 4))
 	if err == nil {
 		t.Fatal("request succeeded; want an error")

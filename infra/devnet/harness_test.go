@@ -204,6 +204,26 @@ func (e *env) ollamaWorker() (*worker, *ollamatest.Server) {
 	return w, srv
 }
 
+// workerLeft records a worker that served model and left a moment ago, as
+// one that lost its connection does: requests for the model then wait in
+// the queue for a worker, where for a model nobody served lately they
+// fail at once.
+func (e *env) workerLeft(model string) {
+	e.t.Helper()
+	ctx := context.Background()
+	conn := fmt.Sprintf("gone-%s-%d", model, time.Now().UnixNano())
+	err := e.store.PutWorker(ctx, store.Worker{Conn: conn, AccountID: e.account, State: store.WorkerIdle, ConnectedAt: time.Now()})
+	if err == nil {
+		_, err = e.store.RegisterWorker(ctx, conn, []string{model}, nil)
+	}
+	if err == nil {
+		_, err = e.store.DeleteWorker(ctx, conn)
+	}
+	if err != nil {
+		e.t.Fatalf("a worker of %s that left: %v", model, err)
+	}
+}
+
 func (e *env) balance() store.Account {
 	e.t.Helper()
 	a, err := e.store.GetAccount(context.Background(), e.account)

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/openai/openai-go/v3"
 
+	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/credential"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/store"
@@ -21,14 +22,15 @@ import (
 )
 
 // TestDispatchOnRegistration: a job that arrives while no worker is online
-// waits in the queue (the stream gets keep-alive comments) and is served as
-// soon as a worker registers.
+// (one left a moment ago) waits in the queue (the stream gets keep-alive
+// comments) and is served as soon as a worker registers.
 func TestDispatchOnRegistration(t *testing.T) {
 	limits := devnet.ScriptedLimits()
 	limits.KeepAliveAfter = 50 * time.Millisecond
 	limits.KeepAliveEvery = 50 * time.Millisecond
 	e := newEnv(t, envOptions{credits: 100, limits: &limits})
 	srv := sharedOllama(t)
+	e.workerLeft(tinyModel)
 
 	body := `{"model":"tiny","stream":true,"max_tokens":6,"temperature":0,"messages":[{"role":"user","content":"hello"}]}`
 	req, _ := http.NewRequest(http.MethodPost, e.stack.APIURL+"/chat/completions", strings.NewReader(body))
@@ -266,6 +268,7 @@ func TestNoWorkerAfterKeepAlive(t *testing.T) {
 	limits.KeepAliveEvery = 50 * time.Millisecond
 	limits.QueueWait = 300 * time.Millisecond
 	e := newEnv(t, envOptions{credits: 100, limits: &limits})
+	e.workerLeft(tinyModel)
 	body := `{"model":"tiny","stream":true,"max_tokens":6,"messages":[{"role":"user","content":"hello"}]}`
 	req, _ := http.NewRequest(http.MethodPost, e.stack.APIURL+"/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+e.apiKey)
@@ -296,5 +299,67 @@ func TestNoWorkerAfterKeepAlive(t *testing.T) {
 	}
 	if a := e.balance(); a.Credits != 100 || a.TotalSpent != 0 {
 		t.Errorf("credits %d spent %d after refund", a.Credits, a.TotalSpent)
+	}
+}
+
+// TestUnservedModelFailsFast: a request for a model no worker serves, and
+// none did lately, is a 503 at once that names the models with workers
+// online, and no job is made (nothing charged, nothing in the ledger); once
+// a worker of it was seen a moment ago, requests queue for it again.
+func TestUnservedModelFailsFast(t *testing.T) {
+	limits := devnet.ScriptedLimits()
+	limits.QueueWait = 300 * time.Millisecond
+	e := newEnv(t, envOptions{credits: 100, limits: &limits,
+		models: []catalog.Model{{ID: tinyModel, Price: 10}, {ID: "unserved", Price: 10}}})
+	e.ollamaWorker()
+	ask := func() *openai.Error {
+		t.Helper()
+		params := chatParams("hello", 4)
+		params.Model = "unserved"
+		_, err := e.client.Chat.Completions.New(context.Background(), params)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) {
+			t.Fatalf("a request for a model nobody serves: %v; want an API error", err)
+		}
+		return apiErr
+	}
+	type ledger struct {
+		Data []struct {
+			Type string `json:"type"`
+		} `json:"data"`
+	}
+	var before ledger
+	e.call(http.MethodGet, "/transactions", e.apiKey, &before)
+
+	fast := ask()
+	if fast.StatusCode != http.StatusServiceUnavailable || fast.Code != "no_worker_available" ||
+		!strings.Contains(fast.Message, "Models with workers online now: "+tinyModel+".") {
+		t.Errorf("unserved model: %d %s %q; want a 503 no_worker_available naming %s", fast.StatusCode, fast.Code, fast.Message, tinyModel)
+	}
+	var after ledger
+	e.call(http.MethodGet, "/transactions", e.apiKey, &after)
+	if a := e.balance(); a.Credits != 100 || len(after.Data) != len(before.Data) {
+		t.Errorf("after the fast 503: %d credits, %d ledger entries (was %d); want nothing charged or written", a.Credits, len(after.Data), len(before.Data))
+	}
+
+	// A worker of the model left a moment ago: the request queues, and
+	// times out after the queue wait, refunded.
+	e.workerLeft("unserved")
+	queued := ask()
+	if queued.StatusCode != http.StatusServiceUnavailable || strings.Contains(queued.Message, "none has been lately") {
+		t.Errorf("model seen lately: %d %q; want the queue's 503", queued.StatusCode, queued.Message)
+	}
+	e.call(http.MethodGet, "/transactions", e.apiKey, &after)
+	var charges, refunds int
+	for _, l := range after.Data[:len(after.Data)-len(before.Data)] {
+		switch l.Type {
+		case "charge":
+			charges++
+		case "refund":
+			refunds++
+		}
+	}
+	if a := e.balance(); a.Credits != 100 || charges != 1 || refunds != 1 {
+		t.Errorf("after the queued request: %d credits, %d charges, %d refunds; want 100, 1, 1", a.Credits, charges, refunds)
 	}
 }

@@ -72,6 +72,9 @@ type Config struct {
 	// RollAfter and DrainTimeout override the defaults (tests).
 	RollAfter    time.Duration
 	DrainTimeout time.Duration
+	// Observer is told of the connection's state, each job and backend
+	// errors (metrics); nil observes nothing.
+	Observer Observer
 }
 
 // Agent runs until its context ends.
@@ -92,6 +95,9 @@ func New(cfg Config) *Agent {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
 	return &Agent{cfg: cfg}
 }
 
@@ -99,12 +105,21 @@ func New(cfg Config) *Agent {
 // running ones finish (up to the drain timeout) and closes. It retries a
 // connection that fails for a passing reason, with backoff, and returns a
 // *RefusedError when the network refuses the worker for good.
-func (a *Agent) Run(ctx context.Context) error {
-	log := a.cfg.Log
+func (a *Agent) Run(ctx context.Context) (err error) {
+	log, obs := a.cfg.Log, a.cfg.Observer
 	backoff := backoffMin
 	var current *session
 	var rollAt time.Time // when to roll current (or retry a failed roll)
 	var retired []*session
+	lost := false // the last connection was lost: the next is a reconnect
+	obs.RelayState(RelayConnecting)
+	defer func() {
+		if refused := (*RefusedError)(nil); errors.As(err, &refused) {
+			obs.RelayState(RelayRefused)
+		} else {
+			obs.RelayState(RelayStopped)
+		}
+	}()
 	defer func() {
 		if current != nil {
 			current.drain()
@@ -152,6 +167,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			backoff = backoffMin
 			rollAt = current.born.Add(a.cfg.RollAfter)
+			obs.RelayState(RelayConnected)
+			if lost {
+				obs.Reconnected()
+				lost = false
+			}
 		}
 		roll := time.NewTimer(time.Until(rollAt))
 		refresh := time.NewTimer(modelRefresh)
@@ -169,6 +189,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			log.Warn("relay connection lost", "conn", current.conn, "err", current.err())
 			current.cancelJobs() // the relay told the gateway: they move elsewhere
 			current = nil
+			lost = true
+			obs.RelayState(RelayConnecting)
 		case <-roll.C:
 			refresh.Stop()
 			models, err := a.networkModels(ctx)
@@ -236,7 +258,7 @@ func (a *Agent) registration(ctx context.Context, models map[string]string) *rel
 			continue
 		}
 		reg.Caps = append(reg.Caps, relaymsg.ModelCaps{Model: id, Vision: c.Vision, Tools: c.Tools,
-			ResponseFormat: c.ResponseFormat, Context: c.Context})
+			ResponseFormat: c.ResponseFormat, Context: c.Context, Image: c.Image})
 	}
 	return reg
 }
@@ -269,6 +291,7 @@ func (a *Agent) waitJobs() {
 func (a *Agent) networkModels(ctx context.Context) (map[string]string, error) {
 	have, err := a.cfg.Backend.Models(ctx)
 	if err != nil {
+		a.cfg.Observer.BackendError("")
 		return nil, fmt.Errorf("backend %s: %w", a.cfg.Backend.Name(), err)
 	}
 	out := map[string]string{}
@@ -403,7 +426,7 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 				return nil, &RefusedError{Reason: "the worker token was revoked", Fix: revokedFix}
 			}
 			return nil, fmt.Errorf("register refused: %s: %s", m.Code, m.Message)
-		case *relaymsg.Job, *relaymsg.Cancel:
+		case *relaymsg.Job, *relaymsg.ImageJob, *relaymsg.Cancel:
 			if len(early) >= maxEarly {
 				ws.CloseNow()
 				return nil, fmt.Errorf("register: %d messages and no registered", len(early))

@@ -117,6 +117,8 @@ func (s *session) handle(m any) {
 	switch m := m.(type) {
 	case *relaymsg.Job:
 		s.start(m)
+	case *relaymsg.ImageJob:
+		s.startImage(m)
 	case *relaymsg.Cancel:
 		s.mu.Lock()
 		cancel := s.jobs[m.Job]
@@ -171,6 +173,8 @@ func (s *session) close(reason string) {
 func (s *session) start(job *relaymsg.Job) {
 	name, ok := s.getModels()[job.Model]
 	if !ok {
+		s.a.cfg.Observer.JobStarted(job.Model)
+		s.a.cfg.Observer.JobEnded(job.Model, OutcomeRefused, oaiwire.Usage{})
 		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: relaymsg.FailModelNotServed, Ticket: job.Ticket})
 		return
 	}
@@ -223,10 +227,15 @@ func replyEnd(job *relaymsg.Job, now time.Time) time.Time {
 func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, model string) {
 	log := s.a.cfg.Log.With("job", job.Job, "model", job.Model)
 	started := time.Now()
+	obs := s.a.cfg.Observer
+	obs.JobStarted(job.Model)
+	outcome, usage := OutcomeInternal, oaiwire.Usage{}
+	defer func() { obs.JobEnded(job.Model, outcome, usage) }()
 	defer func() {
 		// A backend that panics fails its job, not the daemon and every
 		// other job on it.
 		if p := recover(); p != nil {
+			outcome, usage = OutcomeInternal, oaiwire.Usage{}
 			log.Error("job panicked", "panic", p)
 			_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "internal", Ticket: job.Ticket})
 		}
@@ -251,21 +260,29 @@ func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, mod
 		// The deadline came first: the reply is complete as far as it
 		// goes, like one cut by max_tokens, and is delivered as such.
 		log.Info("job done at its deadline", "completion_tokens", b.deltas(), "ms", time.Since(started).Milliseconds())
+		outcome, usage = OutcomeDeadline, oaiwire.Usage{CompletionTokens: b.deltas()}
 		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: oaiwire.FinishLength,
-			Usage: oaiwire.Usage{CompletionTokens: b.deltas()}, Ticket: job.Ticket})
+			Usage: usage, Ticket: job.Ticket})
 	case ctx.Err() != nil:
 		// Cancelled by the gateway or past the deadline: the gateway has
 		// settled the job already; an answer would go nowhere.
 		log.Info("job stopped", "reason", context.Cause(ctx), "ms", time.Since(started).Milliseconds())
+		outcome = OutcomeCancelled
 	case err != nil:
 		// Only our own error text: the server's may quote the prompt.
 		safe := truncate(backend.SafeText(err), 512)
 		log.Warn("job failed", "err", safe)
+		outcome = OutcomeFailed
+		obs.BackendError(job.Model)
 		b.end(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: "backend_error", Message: safe, Ticket: job.Ticket})
 	default:
 		log.Info("job done", "finish", res.FinishReason, "prompt_tokens", res.Usage.PromptTokens,
 			"completion_tokens", res.Usage.CompletionTokens, "ms", time.Since(started).Milliseconds())
+		outcome, usage = OutcomeCompleted, res.Usage
 		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: res.FinishReason, Usage: res.Usage, Ticket: job.Ticket})
+	}
+	if b.unsigned {
+		outcome, usage = OutcomeInternal, oaiwire.Usage{}
 	}
 }
 
@@ -326,6 +343,9 @@ type batcher struct {
 	// started is when the job arrived, firstAt when its first delta with
 	// text was handed over.
 	started, firstAt time.Time
+	// unsigned is set by end when the receipt could not be signed and a
+	// fail went instead of the done.
+	unsigned bool
 }
 
 // errJobEnded refuses deltas after a job's last message.
@@ -351,6 +371,9 @@ func (b *batcher) add(d oaiwire.Delta) error {
 	b.output.Add(d)
 	if b.firstAt.IsZero() && relaymsg.TextBytes(d) > 0 {
 		b.firstAt = time.Now()
+		if b.receipt != nil {
+			b.s.a.cfg.Observer.FirstToken(b.receipt.Model, b.firstAt.Sub(b.started))
+		}
 	}
 	// A delta goes at once when the last chunk left at least one window
 	// ago, so tokens slower than the window (most real models: 10–50 ms
@@ -427,6 +450,7 @@ func (b *batcher) end(m any) {
 			// A done without a receipt earns nothing; say what happened.
 			b.s.a.cfg.Log.Error("sign the job's receipt", "job", b.job, "err", err)
 			m = &relaymsg.Fail{Job: d.Job, To: d.To, Seq: b.seq, Code: "internal", Message: "could not sign the receipt", Ticket: d.Ticket}
+			b.unsigned = true
 		}
 	case *relaymsg.Fail:
 		d.Seq = b.seq

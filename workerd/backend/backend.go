@@ -44,6 +44,9 @@ type Capabilities struct {
 	// Context is the context length in tokens the model runs with; 0 if
 	// the backend does not know.
 	Context int64
+	// Image says the model renders images (Imager): it is sent image
+	// jobs, and no chat.
+	Image bool
 }
 
 // Capable is implemented by backends that know what their models support.
@@ -52,6 +55,29 @@ type Capable interface {
 	// Capabilities says what model (a name as listed by Models)
 	// supports.
 	Capabilities(ctx context.Context, model string) (Capabilities, error)
+}
+
+// Imager is implemented by backends that render images (ComfyUI, an
+// OpenAI-compatible server's image models). Models whose Capabilities say
+// Image are sent image jobs through it.
+type Imager interface {
+	// Image renders req on the server's model named model and returns
+	// the image. progress, if not nil, is called as rendering advances
+	// (step of total; total 0 when the server does not say). Cancelling
+	// ctx stops the rendering on the server.
+	Image(ctx context.Context, model string, req ImageRequest, progress func(step, total int)) (Image, error)
+}
+
+// ImageRequest is one image to render.
+type ImageRequest struct {
+	Prompt        string
+	Width, Height int
+}
+
+// Image is a rendered image.
+type Image struct {
+	// PNG is the image, PNG-encoded: what the network returns to users.
+	PNG []byte
 }
 
 // Result is how a reply ended.

@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/go-playground/validator/v10"
+
+	"github.com/c0mpute/c0mpute/workerd/backend/comfyui"
 )
 
 // Config is workerd's settings.
@@ -33,9 +35,10 @@ type Config struct {
 	Token string `json:"token" validate:"required,startswith=cwt_"`
 	// KeyFile is the identity keypair; default <Home>/worker-key.json.
 	KeyFile string `json:"key_file" validate:"required"`
-	// Backend is "ollama", "openai" (any OpenAI-compatible server) or
-	// "builtin" (workerd's own engine on a GGUF file).
-	Backend string `json:"backend" validate:"required,oneof=ollama openai builtin"`
+	// Backend is "ollama", "openai" (any OpenAI-compatible server),
+	// "comfyui" (images) or "builtin" (workerd's own engine on a GGUF
+	// file).
+	Backend string `json:"backend" validate:"required,oneof=ollama openai comfyui builtin"`
 	// BackendURL is the inference server's base URL (not used by builtin).
 	BackendURL string `json:"backend_url" validate:"required_unless=Backend builtin,omitempty,url"`
 	// GGUF is the model file the builtin backend serves, under its file
@@ -50,8 +53,22 @@ type Config struct {
 	// Models maps network model ids to backend model names; empty serves
 	// every backend model under its own name.
 	Models map[string]string `json:"models,omitempty" validate:"dive,keys,required,max=128,endkeys,required"`
+	// Workflow is a ComfyUI workflow file (API format, with
+	// placeholders) that --backend comfyui renders jobs with instead of
+	// its built-in text-to-image graph. It is checked at start.
+	Workflow string `json:"workflow,omitempty"`
+	// ImageModels are the backend model names of an OpenAI-compatible
+	// server that render images (POST /v1/images/generations): the server
+	// does not say which they are.
+	ImageModels []string `json:"image_models,omitempty" validate:"max=64,dive,required,max=128"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `json:"log_level" validate:"oneof=debug info warn error"`
+	// MetricsAddr, when set, is the host:port workerd serves Prometheus
+	// metrics on (/metrics); empty serves none.
+	MetricsAddr string `json:"metrics_addr,omitempty" validate:"omitempty,hostname_port|tcp_addr"`
+	// APIURL is the gateway's OpenAI base URL (https://…/v1), which
+	// commands that read the account (workerd earnings) call.
+	APIURL string `json:"api_url,omitempty" validate:"omitempty,url,startswith=http"`
 }
 
 // Environment variables.
@@ -67,6 +84,10 @@ const (
 	EnvModels        = "C0MPUTE_MODELS"
 	EnvDeveloperRole = "C0MPUTE_DEVELOPER_ROLE"
 	EnvLogLevel      = "C0MPUTE_LOG_LEVEL"
+	EnvWorkflow      = "C0MPUTE_COMFYUI_WORKFLOW"
+	EnvImageModels   = "C0MPUTE_IMAGE_MODELS"
+	EnvMetricsAddr   = "C0MPUTE_METRICS_ADDR"
+	EnvAPIURL        = "C0MPUTE_API_URL"
 	EnvOllamaHost    = "OLLAMA_HOST"
 )
 
@@ -126,7 +147,9 @@ func ParseModels(s string) (map[string]string, error) {
 type flags struct {
 	set                                                  *flag.FlagSet
 	home, file, relay, token, keyFile, backend, ggufPath *string
-	backendURL, backendKey, models, logLevel             *string
+	backendURL, backendKey, models, logLevel, workflow   *string
+	imageModels                                          *string
+	metrics, apiURL                                      *string
 	developer                                            *bool
 }
 
@@ -134,18 +157,22 @@ func newFlags() flags {
 	fs := flag.NewFlagSet("workerd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	return flags{set: fs,
-		home:       fs.String("home", "", "state folder (env "+EnvHome+", default ~/.c0mpute)"),
-		file:       fs.String("config", "", "JSON config file (default <home>/workerd.json if present)"),
-		relay:      fs.String("relay", "", "relay WebSocket URL, ws:// or wss:// (env "+EnvRelayURL+")"),
-		token:      fs.String("token", "", "worker token cwt_… (env "+EnvToken+")"),
-		keyFile:    fs.String("key", "", "identity keypair file (env "+EnvKeyFile+", default <home>/worker-key.json)"),
-		backend:    fs.String("backend", "", "ollama, openai or builtin (env "+EnvBackend+", default ollama)"),
-		ggufPath:   fs.String("gguf", "", "GGUF model file for the builtin backend (env "+EnvGGUF+")"),
-		backendURL: fs.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")"),
-		backendKey: fs.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")"),
-		developer:  fs.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)"),
-		models:     fs.String("models", "", "id=backend-model,… to serve (env "+EnvModels+"; default: every backend model)"),
-		logLevel:   fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+")"),
+		home:        fs.String("home", "", "state folder (env "+EnvHome+", default ~/.c0mpute)"),
+		file:        fs.String("config", "", "JSON config file (default <home>/workerd.json if present)"),
+		relay:       fs.String("relay", "", "relay WebSocket URL, ws:// or wss:// (env "+EnvRelayURL+")"),
+		token:       fs.String("token", "", "worker token cwt_… (env "+EnvToken+")"),
+		keyFile:     fs.String("key", "", "identity keypair file (env "+EnvKeyFile+", default <home>/worker-key.json)"),
+		backend:     fs.String("backend", "", "ollama, openai, comfyui or builtin (env "+EnvBackend+", default ollama)"),
+		ggufPath:    fs.String("gguf", "", "GGUF model file for the builtin backend (env "+EnvGGUF+")"),
+		backendURL:  fs.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")"),
+		backendKey:  fs.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")"),
+		developer:   fs.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)"),
+		models:      fs.String("models", "", "id=backend-model,… to serve (env "+EnvModels+"; default: every backend model)"),
+		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+")"),
+		imageModels: fs.String("image-models", "", "backend models of an OpenAI-compatible server that render images, name,… (env "+EnvImageModels+")"),
+		workflow:    fs.String("workflow", "", "ComfyUI workflow file, API format with {{prompt}} {{width}} {{height}} {{checkpoint}} placeholders (env "+EnvWorkflow+"; default: built-in text-to-image)"),
+		metrics:     fs.String("metrics", "", "serve Prometheus metrics on host:port, at /metrics (env "+EnvMetricsAddr+"; default off)"),
+		apiURL:      fs.String("api-url", "", "the gateway's API base URL, https://…/v1 (env "+EnvAPIURL+")"),
 	}
 }
 
@@ -198,6 +225,17 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	c.BackendKey = first(*f.backendKey, getenv(EnvBackendKey), c.BackendKey)
 	c.GGUF = first(*f.ggufPath, getenv(EnvGGUF), c.GGUF)
 	c.LogLevel = first(*f.logLevel, getenv(EnvLogLevel), c.LogLevel)
+	c.Workflow = first(*f.workflow, getenv(EnvWorkflow), c.Workflow)
+	if m := first(*f.imageModels, getenv(EnvImageModels)); m != "" {
+		c.ImageModels = nil
+		for _, name := range strings.Split(m, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				c.ImageModels = append(c.ImageModels, name)
+			}
+		}
+	}
+	c.MetricsAddr = first(*f.metrics, getenv(EnvMetricsAddr), c.MetricsAddr)
+	c.APIURL = first(*f.apiURL, getenv(EnvAPIURL), c.APIURL)
 	defaultURL := ""
 	if c.Backend == "ollama" {
 		defaultURL = OllamaURL(getenv(EnvOllamaHost))
@@ -218,6 +256,17 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		}
 		return Config{}, describe(err, c, file)
 	}
+	if len(c.ImageModels) > 0 && c.Backend != "openai" {
+		return Config{}, fmt.Errorf("--image-models (or %s) is for --backend openai, not %s (comfyui serves only images already)", EnvImageModels, c.Backend)
+	}
+	if c.Workflow != "" {
+		if c.Backend != "comfyui" {
+			return Config{}, fmt.Errorf("--workflow (or %s) is for --backend comfyui, not %s", EnvWorkflow, c.Backend)
+		}
+		if _, err := comfyui.LoadWorkflow(c.Workflow); err != nil {
+			return Config{}, fmt.Errorf("--workflow (or %s): %w", EnvWorkflow, err)
+		}
+	}
 	return c, nil
 }
 
@@ -230,13 +279,16 @@ var settings = map[string]setting{
 	"RelayURL": {"--relay", EnvRelayURL, "relay_url", "the relay's WebSocket URL, ws:// or wss:// (the network publishes it; scripts/dev prints the local one)"},
 	"Token":    {"--token", EnvToken, "token", "a worker token, cwt_… (create one with POST /v1/worker-tokens and your API key)"},
 	"KeyFile":  {"--key", EnvKeyFile, "key_file", "the identity keypair file workerd init writes"},
-	"Backend":  {"--backend", EnvBackend, "backend", "ollama, openai (any OpenAI-compatible server) or builtin (a GGUF file)"},
+	"Backend":  {"--backend", EnvBackend, "backend", "ollama, openai (any OpenAI-compatible server), comfyui (images) or builtin (a GGUF file)"},
 	"BackendURL": {"--backend-url", EnvBackendURL, "backend_url",
-		"the inference server's base URL, http(s)://host:port (Ollama: http://127.0.0.1:11434, vLLM: http://127.0.0.1:8000/v1)"},
+		"the inference server's base URL, http(s)://host:port (Ollama: http://127.0.0.1:11434, vLLM: http://127.0.0.1:8000/v1, ComfyUI: http://127.0.0.1:8188)"},
 	"GGUF": {"--gguf", EnvGGUF, "gguf", "a GGUF model file, which --backend builtin serves"},
 	"Models": {"--models", EnvModels, "models",
 		`network-id=backend-model pairs (in workerd.json an object: {"network-id": "backend-model"})`},
 	"LogLevel": {"--log-level", EnvLogLevel, "log_level", "debug, info, warn or error"},
+	"MetricsAddr": {"--metrics", EnvMetricsAddr, "metrics_addr",
+		"host:port to serve Prometheus metrics on, e.g. 127.0.0.1:9464 (:9464 listens on every interface)"},
+	"APIURL": {"--api-url", EnvAPIURL, "api_url", "the gateway's API base URL, http(s)://host/v1"},
 }
 
 // describe turns validation errors into one line each, naming the flag,
@@ -301,7 +353,7 @@ func describeJSON(b []byte, err error) string {
 		for _, st := range settings {
 			keys = append(keys, st.key)
 		}
-		keys = append(keys, "backend_key", "developer_role")
+		keys = append(keys, "backend_key", "developer_role", "workflow", "image_models")
 		slices.Sort(keys)
 		return fmt.Sprintf("unknown key %s; the keys are %s", strings.TrimPrefix(err.Error(), "json: unknown field "), strings.Join(keys, ", "))
 	}

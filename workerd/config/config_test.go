@@ -246,6 +246,11 @@ func TestErrors(t *testing.T) {
 		{"unknown flag", append([]string{"--nope"}, ok...), nil, ""},
 		{"stray argument", append([]string{"serve"}, ok...), nil, ""},
 		{"missing explicit config file", append([]string{"--config", "/does/not/exist.json"}, ok...), nil, ""},
+		{"image models without openai", append([]string{"--image-models", "sdxl"}, ok...), nil, ""},
+		{"workflow without comfyui", append([]string{"--workflow", "/does/not/matter.json"}, ok...), nil, ""},
+		{"comfyui workflow missing", append([]string{"--backend", "comfyui", "--backend-url", "http://127.0.0.1:8188", "--workflow", "/does/not/exist.json"}, ok...), nil, ""},
+		{"comfyui workflow without placeholders", append([]string{"--backend", "comfyui", "--backend-url", "http://127.0.0.1:8188"}, ok...),
+			map[string]string{config.EnvWorkflow: "testdata/workflow-no-placeholders.json"}, ""},
 	}
 	var got strings.Builder
 	for _, tc := range cases {
@@ -302,5 +307,32 @@ func TestDeveloperRole(t *testing.T) {
 		if cfg.DeveloperRole != c.want {
 			t.Errorf("%s: developer role %v, want %v", c.name, cfg.DeveloperRole, c.want)
 		}
+	}
+}
+
+func TestImageSettings(t *testing.T) {
+	home := t.TempDir()
+	base := []string{"--home", home, "--relay", "ws://r/", "--token", "cwt_x"}
+	cfg, err := config.Load(append(base, "--backend", "openai", "--backend-url", "http://b/"),
+		func(k string) string { return map[string]string{config.EnvImageModels: "sdxl, flux-schnell,"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.ImageModels, []string{"sdxl", "flux-schnell"}) {
+		t.Errorf("image models %q", cfg.ImageModels)
+	}
+	workflow := filepath.Join(home, "wf.json")
+	writeFile(t, workflow, `{
+	 "1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "{{checkpoint}}"}},
+	 "2": {"class_type": "CLIPTextEncode", "inputs": {"text": "{{prompt}}", "clip": ["1", 1]}},
+	 "3": {"class_type": "EmptyLatentImage", "inputs": {"width": "{{width}}", "height": "{{height}}", "batch_size": 1}},
+	 "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}}
+	}`)
+	cfg, err = config.Load(append(base, "--backend", "comfyui", "--backend-url", "http://127.0.0.1:8188", "--workflow", workflow), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Backend != "comfyui" || cfg.Workflow != workflow {
+		t.Errorf("config %+v", cfg)
 	}
 }

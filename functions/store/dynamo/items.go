@@ -323,6 +323,7 @@ type capsItem struct {
 	Tools          bool  `dynamodbav:"tools,omitempty"`
 	ResponseFormat bool  `dynamodbav:"response_format,omitempty"`
 	Context        int64 `dynamodbav:"context,omitempty"`
+	Image          bool  `dynamodbav:"image,omitempty"`
 }
 
 func toCapsItems(caps map[string]store.Caps) map[string]capsItem {

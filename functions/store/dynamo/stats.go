@@ -27,7 +27,7 @@ import (
 // have not expired by the store's clock; see onlineCountItem). Two
 // BatchGetItem calls, in parallel.
 func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
-	st := store.Stats{WorkersByModel: map[string]int64{}, QueueByModel: map[string]int64{}}
+	st := store.Stats{WorkersByModel: map[string]int64{}, QueueByModel: map[string]int64{}, RecentModels: map[string]bool{}}
 	lastFull := sMinute + timeKey(now.Truncate(time.Minute).Add(-time.Minute))
 	totals := make([]map[string]types.AttributeValue, 0, 3*statShards)
 	for i := range statShards {
@@ -71,6 +71,14 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 		errs[1] = s.batchGet(ctx, online, func(item map[string]types.AttributeValue) error {
 			mu.Lock()
 			defer mu.Unlock()
+			for name := range item {
+				// A count at zero is a worker that left: its bucket
+				// is read for an hour at least after it left (a
+				// connection rolls within two of its three-hour TTL).
+				if m, ok := strings.CutPrefix(name, countPrefix); ok {
+					st.RecentModels[m] = true
+				}
+			}
 			return addCounts(item, st.WorkersByModel, &st.WorkersOnline)
 		})
 	})

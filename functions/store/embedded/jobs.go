@@ -590,6 +590,19 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (store.Stats, error) {
 				return err
 			}
 		}
+		seen := map[string]time.Time{}
+		if _, err := getJSON(counters, cSeen, &seen); err != nil {
+			return err
+		}
+		st.RecentModels = map[string]bool{}
+		for m, at := range seen {
+			if s.now().Sub(at) <= store.SeenMemory { // the clock that marked them
+				st.RecentModels[m] = true
+			}
+		}
+		for m := range st.WorkersByModel {
+			st.RecentModels[m] = true
+		}
 		lastFull := now.Truncate(time.Minute).Add(-time.Minute)
 		_, err := getJSON(tx.Bucket(bTokenMinutes), timeKey(lastFull), &st.TokensLastMinute)
 		return err

@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -86,7 +87,9 @@ var (
 	// that changes the state it counts.
 	cQueued     = []byte("queued_by_model")
 	cRegistered = []byte("registered_by_model")
-	cConnected  = []byte("workers_connected")
+	// cSeen is when a worker of each model last registered or left.
+	cSeen      = []byte("seen_by_model")
+	cConnected = []byte("workers_connected")
 )
 
 // ErrLocked is Open finding the file held by another process (bolt locks
@@ -324,21 +327,42 @@ func addByModel(tx *bolt.Tx, key []byte, delta int64, models ...string) error {
 	return putJSON(b, key, counts)
 }
 
-// countWorker counts a worker record in (delta 1) or out (-1): connected,
-// and, registered, under each model it serves.
-func countWorker(tx *bolt.Tx, w store.Worker, delta int64) error {
+// countWorker counts a worker record in (delta 1) or out (-1) at at:
+// connected, and, registered, under each model it serves.
+func countWorker(tx *bolt.Tx, w store.Worker, delta int64, at time.Time) error {
 	if err := addCounter(tx.Bucket(bCounters), cConnected, delta); err != nil {
 		return err
 	}
-	return countRegistered(tx, w, delta)
+	return countRegistered(tx, w, delta, at)
 }
 
-// countRegistered counts a registered worker's models in or out.
-func countRegistered(tx *bolt.Tx, w store.Worker, delta int64) error {
+// countRegistered counts a registered worker's models in or out, and
+// marks them seen at at.
+func countRegistered(tx *bolt.Tx, w store.Worker, delta int64, at time.Time) error {
 	if !w.Registered {
 		return nil
 	}
+	if err := markSeen(tx, at, w.Models); err != nil {
+		return err
+	}
 	return addByModel(tx, cRegistered, delta, w.Models...)
+}
+
+// markSeen records at as the last time a worker of each of models was
+// seen (Stats.LastSeenByModel), forgetting models not seen for a day.
+func markSeen(tx *bolt.Tx, at time.Time, models []string) error {
+	b := tx.Bucket(bCounters)
+	seen := map[string]time.Time{}
+	if _, err := getJSON(b, cSeen, &seen); err != nil {
+		return err
+	}
+	for _, m := range models {
+		if at.After(seen[m]) {
+			seen[m] = at
+		}
+	}
+	maps.DeleteFunc(seen, func(_ string, t time.Time) bool { return at.Sub(t) > 24*time.Hour })
+	return putJSON(b, cSeen, seen)
 }
 
 // countQueued counts a job into (1) or out of (-1) its model's queue.

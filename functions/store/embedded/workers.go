@@ -84,7 +84,7 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 				return err
 			}
 		}
-		if err := countWorker(tx, w, 1); err != nil {
+		if err := countWorker(tx, w, 1, s.now()); err != nil {
 			return err
 		}
 		return putJSON(b, []byte(w.Conn), w)
@@ -109,13 +109,13 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 			return err
 		}
 		// A registration replaces the models of one before it.
-		if err := countRegistered(tx, w, -1); err != nil {
+		if err := countRegistered(tx, w, -1, s.now()); err != nil {
 			return err
 		}
 		w.Models = append([]string(nil), models...)
 		w.Caps = store.RegisteredCaps(models, caps)
 		w.Registered = true
-		if err := countRegistered(tx, w, 1); err != nil {
+		if err := countRegistered(tx, w, 1, s.now()); err != nil {
 			return err
 		}
 		return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
@@ -185,7 +185,7 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 				return err
 			}
 		}
-		if err := countWorker(tx, w, -1); err != nil {
+		if err := countWorker(tx, w, -1, s.now()); err != nil {
 			return err
 		}
 		return tx.Bucket(bWorkers).Delete([]byte(conn))

@@ -155,6 +155,45 @@ var countTests = []test{
 		}
 		f.wantCounts("all gone", counts{})
 	}},
+	{"RecentModels", func(t *testing.T, f *fixture) {
+		// A model is recent from its first registered worker on, and
+		// stays so after the worker leaves; one never served is not.
+		recent := func(what string, want ...string) {
+			t.Helper()
+			st, err := f.s.Stats(f.ctx, base)
+			if err != nil {
+				t.Fatalf("Stats: %v", err)
+			}
+			got := map[string]bool{}
+			for m, ok := range st.RecentModels {
+				if ok {
+					got[m] = true
+				}
+			}
+			wantSet := map[string]bool{}
+			for _, m := range want {
+				wantSet[m] = true
+			}
+			if !maps.Equal(got, wantSet) {
+				t.Errorf("%s: recent models %v, want %v", what, got, wantSet)
+			}
+		}
+		recent("empty store")
+		f.putWorker("w1", "wa")
+		recent("a worker connected, not registered")
+		if _, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m1", "m2"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		recent("registered", "m1", "m2")
+		if _, err := f.s.RegisterWorker(f.ctx, "w1", []string{"m2"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.s.DeleteWorker(f.ctx, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		f.wantCounts("after the worker left", counts{})
+		recent("after the worker left", "m1", "m2")
+	}},
 	{"ConcurrentTransitionsCountExactly", func(t *testing.T, f *fixture) {
 		models := [][]string{{"m1"}, {"m1", "m2"}, {"m2", "m3"}}
 		// Workers connect and register at once, on three tokens (each

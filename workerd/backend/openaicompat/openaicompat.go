@@ -29,6 +29,9 @@ type Backend struct {
 	hc        *http.Client
 	maxLine   int
 	developer bool
+	// images are the backend model names that are image models
+	// (WithImageModels).
+	images map[string]bool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -103,7 +106,11 @@ func (e *APIError) Error() string {
 // reports none: tools and response_format, which llama.cpp, vLLM and LM
 // Studio all accept, and no vision (only some of their models have it).
 // The context length is unknown.
-func (b *Backend) Capabilities(context.Context, string) (backend.Capabilities, error) {
+// An image model (WithImageModels) renders images and serves no chat.
+func (b *Backend) Capabilities(_ context.Context, model string) (backend.Capabilities, error) {
+	if b.images[model] {
+		return backend.Capabilities{Image: true}, nil
+	}
 	return backend.Capabilities{Tools: true, ResponseFormat: true}, nil
 }
 
