@@ -276,6 +276,13 @@ const (
 )
 
 func (j *jobRun) serve(ctx context.Context) error {
+	return j.attempt(ctx, j.runOnWorker, func() error { return j.out.fail(oaiwire.ErrWorkerLost) })
+}
+
+// attempt serves the job: it waits for a worker and runs the job on it
+// with run, again on another while run says to retry, up to MaxAttempts;
+// then the job fails, refunded, and lost is the answer.
+func (j *jobRun) attempt(ctx context.Context, run func(jobCtx, clientCtx context.Context) (outcome, error), lost func() error) error {
 	l := j.s.limits
 	// No worker is assigned after the deadline; one that is has until the
 	// deadline to end its reply, and deadlineGrace for its last message
@@ -290,13 +297,13 @@ func (j *jobRun) serve(ctx context.Context) error {
 		if assigned, err := j.waitForWorker(queueCtx, ctx); !assigned {
 			return err
 		}
-		res, err := j.runOnWorker(runCtx, ctx)
+		res, err := run(runCtx, ctx)
 		if res != outcomeRetry {
 			return err
 		}
 		if j.attempts >= l.MaxAttempts {
 			j.s.settleFailure(j.job.ID, "worker_lost", true)
-			return j.out.fail(oaiwire.ErrWorkerLost)
+			return lost()
 		}
 	}
 }

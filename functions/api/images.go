@@ -242,27 +242,7 @@ const imageStrikes = 1
 var errImageTooLarge = oaiwire.InvalidRequest("prompt", "the prompt is too large to relay to a worker once encoded (limit 128 KiB)")
 
 func (ir *imageRun) serve(ctx context.Context) error {
-	j := ir.jobRun
-	l := j.s.limits
-	deadline := j.job.Created.Add(l.Job)
-	queueCtx, cancelQueue := context.WithDeadline(ctx, deadline)
-	defer cancelQueue()
-	runCtx, cancelRun := context.WithDeadline(ctx, deadline.Add(deadlineGrace))
-	defer cancelRun()
-	for {
-		j.attempts++
-		if assigned, err := j.waitForWorker(queueCtx, ctx); !assigned {
-			return err
-		}
-		res, err := ir.runOnWorker(runCtx, ctx)
-		if res != outcomeRetry {
-			return err
-		}
-		if j.attempts >= l.MaxAttempts {
-			j.s.settleFailure(j.job.ID, "worker_lost", true)
-			return oaiwire.ErrWorkerLost
-		}
-	}
+	return ir.attempt(ctx, ir.runOnWorker, func() error { return oaiwire.ErrWorkerLost })
 }
 
 // runOnWorker hands the prompt to the worker and collects its image. There
@@ -428,29 +408,10 @@ func checkImage(img []byte, width, height int) string {
 // and model, and carry the hash of the image request the gateway sent and
 // of the image bytes it reassembled.
 func (ir *imageRun) checkReceipt(m *relaymsg.Done, img []byte) string {
-	j := ir.jobRun
+	if why := ir.checkSigned(m.Receipt); why != "" {
+		return why
+	}
 	r := m.Receipt
-	switch {
-	case r == nil:
-		return "no receipt"
-	case r.Job != j.job.ID:
-		return "receipt of another job"
-	case r.Model != j.model.ID:
-		return "receipt of another model"
-	}
-	pub := j.workerPubkey
-	if pub == "" {
-		pub = j.lookupPubkey()
-	}
-	switch {
-	case pub == "":
-		return "the worker's identity is unknown"
-	case r.Worker != pub:
-		return "receipt signed by another identity"
-	}
-	if err := relaymsg.VerifyReceipt(r); err != nil {
-		return err.Error()
-	}
 	if h, err := relaymsg.ImageRequestHash(&ir.req); err != nil || r.RequestSHA256 != h {
 		return "request hash is not the request's"
 	}

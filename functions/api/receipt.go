@@ -21,7 +21,23 @@ var errReceiptRejected = &oaiwire.Error{Status: http.StatusBadGateway, Type: oai
 // from that worker. Nothing here reads the store on the hot path; the
 // reason is a short fixed text, for the log.
 func (j *jobRun) checkReceipt(m *relaymsg.Done) string {
+	if why := j.checkSigned(m.Receipt); why != "" {
+		return why
+	}
 	r := m.Receipt
+	if h, err := j.reqHash(); err != nil || r.RequestSHA256 != h {
+		return "request hash is not the request's"
+	}
+	if r.Deltas != j.output.Deltas() || r.OutputSHA256 != j.output.Sum() {
+		return "output hash or delta count is not the relayed reply's"
+	}
+	return ""
+}
+
+// checkSigned says why a receipt is not one of this job, signed by its
+// worker, or "" if it is: what every receipt must be, whatever its job
+// made.
+func (j *jobRun) checkSigned(r *relaymsg.Receipt) string {
 	switch {
 	case r == nil:
 		return "no receipt"
@@ -42,12 +58,6 @@ func (j *jobRun) checkReceipt(m *relaymsg.Done) string {
 	}
 	if err := relaymsg.VerifyReceipt(r); err != nil {
 		return err.Error()
-	}
-	if h, err := j.reqHash(); err != nil || r.RequestSHA256 != h {
-		return "request hash is not the request's"
-	}
-	if r.Deltas != j.output.Deltas() || r.OutputSHA256 != j.output.Sum() {
-		return "output hash or delta count is not the relayed reply's"
 	}
 	return ""
 }

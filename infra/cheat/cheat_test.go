@@ -29,8 +29,6 @@ import (
 	"github.com/c0mpute/c0mpute/functions/canary"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/store"
-	"github.com/c0mpute/c0mpute/functions/store/dynamo"
-	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/dynamotest"
 	"github.com/c0mpute/c0mpute/infra/ollamatest"
@@ -171,7 +169,7 @@ func TestCheatersAreQuarantined(t *testing.T) {
 // on, logging into a buffer the privacy check reads.
 func start(t *testing.T) *suite {
 	s := &suite{t: t, logs: &testenv.Buffer{}, detected: map[string]store.Reputation{}, reps: map[string]store.Reputation{}, errs: map[string]int{}}
-	s.store, s.dump = openStore(t)
+	s.store, s.dump = dynamotest.SuiteStoreWithDump(t)
 	limits := devnet.ScriptedLimits()
 	limits.RatePerMinute = 100_000
 	limits.QueueWait = 15 * time.Second
@@ -413,29 +411,6 @@ func (s *suite) report() {
 	}
 	if bytes.Contains(s.dump(), []byte(marker)) {
 		t.Error("a prompt reached the store")
-	}
-}
-
-// openStore opens the store the suite runs on (C0MPUTE_STORE=dynamodb for
-// DynamoDB Local), with a dump of its raw contents for the privacy check.
-func openStore(t *testing.T) (store.Store, func() []byte) {
-	if os.Getenv(dynamotest.EnvStore) == "dynamodb" {
-		c := dynamotest.Client(t)
-		table := dynamotest.Table(t, c)
-		return dynamo.New(c, table), func() []byte { return []byte(strings.Join(dynamotest.Items(t, c, table), "\n")) }
-	}
-	path := filepath.Join(t.TempDir(), "c0.db")
-	st, err := embedded.Open(path, embedded.WithNoSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st, func() []byte {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
 	}
 }
 

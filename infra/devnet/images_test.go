@@ -22,8 +22,6 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/store"
-	"github.com/c0mpute/c0mpute/functions/store/dynamo"
-	"github.com/c0mpute/c0mpute/functions/store/embedded"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/dynamotest"
 	"github.com/c0mpute/c0mpute/infra/testenv"
@@ -57,7 +55,7 @@ type imageNet struct {
 func startImageNet(t *testing.T, opts comfyuitest.Options) *imageNet {
 	t.Helper()
 	n := &imageNet{t: t, logs: &testenv.Buffer{}, account: "acct-" + t.Name()}
-	n.store, n.dump = storeWithDump(t)
+	n.store, n.dump = dynamotest.SuiteStoreWithDump(t)
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	limits := devnet.ScriptedLimits()
 	limits.QueueWait = 5 * time.Second
@@ -109,29 +107,6 @@ func startImageNet(t *testing.T, opts comfyuitest.Options) *imageNet {
 		}
 	}
 	return n
-}
-
-// storeWithDump opens the suite's store (C0MPUTE_STORE=dynamodb for
-// DynamoDB Local) with a dump of its raw contents.
-func storeWithDump(t *testing.T) (store.Store, func() []byte) {
-	if os.Getenv(dynamotest.EnvStore) == "dynamodb" {
-		c := dynamotest.Client(t)
-		table := dynamotest.Table(t, c)
-		return dynamo.New(c, table), func() []byte { return []byte(strings.Join(dynamotest.Items(t, c, table), "\n")) }
-	}
-	path := filepath.Join(t.TempDir(), "c0.db")
-	st, err := embedded.Open(path, embedded.WithNoSync())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st, func() []byte {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 }
 
 func (n *imageNet) credits() int64 {

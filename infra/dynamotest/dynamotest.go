@@ -189,6 +189,31 @@ func SuiteStore(t testing.TB) store.Store {
 	return st
 }
 
+// SuiteStoreWithDump is SuiteStore with a dump of the store's raw
+// contents (every item of the table, or the database file), for the
+// privacy checks: what a suite must never write can be searched for.
+func SuiteStoreWithDump(t testing.TB) (store.Store, func() []byte) {
+	t.Helper()
+	if os.Getenv(EnvStore) == "dynamodb" {
+		c := Client(t)
+		table := Table(t, c)
+		return dynamo.New(c, table), func() []byte { return []byte(strings.Join(Items(t, c, table), "\n")) }
+	}
+	path := filepath.Join(t.TempDir(), "c0.db")
+	st, err := embedded.Open(path, embedded.WithNoSync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, func() []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+}
+
 // Items is every item of a table (a consistent scan), each as JSON with
 // its keys sorted, after drop removed what it names from it.
 func Items(t testing.TB, c *dynamodb.Client, table string, drop ...string) []string {

@@ -21,29 +21,15 @@ func (s *session) startImage(job *relaymsg.ImageJob) {
 	name, served := s.getModels()[job.Model]
 	imager, renders := s.a.cfg.Backend.(backend.Imager)
 	if !served || !renders {
+		s.a.cfg.Observer.JobStarted(job.Model)
+		s.a.cfg.Observer.JobEnded(job.Model, OutcomeRefused, oaiwire.Usage{})
 		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: relaymsg.FailModelNotServed, Ticket: job.Ticket})
 		return
 	}
 	// As for a chat job: it outlives a drain, not the gateway's cancel
 	// nor its deadline.
 	end := replyEnd(&relaymsg.Job{Deadline: job.Deadline, BudgetMillis: job.BudgetMillis}, time.Now())
-	ctx, cancel := context.WithDeadline(context.Background(), end.Add(hardStopAfter))
-	s.mu.Lock()
-	s.jobs[job.Job] = cancel
-	s.mu.Unlock()
-	s.running.Add(1)
-	s.a.jobs.Add(1)
-	go func() {
-		defer s.a.jobs.Done()
-		defer s.running.Done()
-		defer func() {
-			s.mu.Lock()
-			delete(s.jobs, job.Job)
-			s.mu.Unlock()
-			cancel()
-		}()
-		s.runImage(ctx, end, job, name, imager)
-	}()
+	s.goJob(job.Job, end, func(ctx context.Context) { s.runImage(ctx, end, job, name, imager) })
 }
 
 // runImage renders one image and sends it. Only metadata is logged: never
@@ -51,6 +37,10 @@ func (s *session) startImage(job *relaymsg.ImageJob) {
 func (s *session) runImage(ctx context.Context, end time.Time, job *relaymsg.ImageJob, model string, imager backend.Imager) {
 	log := s.a.cfg.Log.With("job", job.Job, "model", job.Model)
 	started := time.Now()
+	obs := s.a.cfg.Observer
+	obs.JobStarted(job.Model)
+	outcome := OutcomeInternal
+	defer func() { obs.JobEnded(job.Model, outcome, oaiwire.Usage{}) }()
 	fail := func(seq int64, code, msg string) {
 		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Seq: seq, Code: code, Message: msg, Ticket: job.Ticket})
 	}
@@ -90,14 +80,18 @@ func (s *session) runImage(ctx context.Context, end time.Time, job *relaymsg.Ima
 		// An image half rendered is no image: the job fails in time for
 		// the gateway to say so (and refund it).
 		log.Warn("image not rendered by the job's deadline", "ms", time.Since(started).Milliseconds())
+		outcome = OutcomeFailed
 		fail(0, "deadline", "the image was not rendered by the job's deadline")
 		return
 	case ctx.Err() != nil:
 		log.Info("image job stopped", "reason", context.Cause(ctx), "ms", time.Since(started).Milliseconds())
+		outcome = OutcomeCancelled
 		return
 	case err != nil:
 		safe := truncate(backend.SafeText(err), 512)
 		log.Warn("image job failed", "err", safe)
+		outcome = OutcomeFailed
+		obs.BackendError(job.Model)
 		fail(0, "backend_error", safe)
 		return
 	}
@@ -105,16 +99,21 @@ func (s *session) runImage(ctx context.Context, end time.Time, job *relaymsg.Ima
 		// Better a failed job than an image the gateway rejects with a
 		// strike.
 		log.Warn("backend returned an unusable image", "why", why)
+		outcome = OutcomeFailed
+		obs.BackendError(job.Model)
 		fail(0, "backend_error", why)
 		return
 	}
 	parts, err := relaymsg.SplitImage(img.PNG)
 	if err != nil {
 		log.Warn("backend returned an unusable image", "why", err.Error())
+		outcome = OutcomeFailed
+		obs.BackendError(job.Model)
 		fail(0, "backend_error", err.Error())
 		return
 	}
 	rendered := time.Now()
+	obs.FirstToken(job.Model, rendered.Sub(started)) // the image is its first output
 	n := int64(len(parts))
 	for i, p := range parts {
 		if err := s.send(&relaymsg.Chunk{Job: job.Job, To: job.ReplyTo, Seq: int64(i), Ticket: job.Ticket,
@@ -122,6 +121,7 @@ func (s *session) runImage(ctx context.Context, end time.Time, job *relaymsg.Ima
 			// The connection is dead: the relay tells the gateway, which
 			// moves the job.
 			log.Warn("image part not sent", "part", i, "err", err)
+			outcome = OutcomeCancelled
 			return
 		}
 	}
@@ -135,6 +135,7 @@ func (s *session) runImage(ctx context.Context, end time.Time, job *relaymsg.Ima
 		return
 	}
 	log.Info("image job done", "bytes", len(img.PNG), "parts", n, "ms", time.Since(started).Milliseconds())
+	outcome = OutcomeCompleted
 	_ = s.send(done)
 }
 

@@ -184,9 +184,16 @@ func (s *session) start(job *relaymsg.Job) {
 	// job's arrival, and the job is dropped once the gateway's grace for
 	// the last message is over too.
 	end := replyEnd(job, time.Now())
+	s.goJob(job.Job, end, func(ctx context.Context) { s.run(ctx, end, job, name) })
+}
+
+// goJob runs a job in a goroutine of its own, until run returns or the
+// job is cancelled (by the gateway, or hardStopAfter past end): a drain
+// and a shutdown wait for it.
+func (s *session) goJob(id string, end time.Time, run func(ctx context.Context)) {
 	ctx, cancel := context.WithDeadline(context.Background(), end.Add(hardStopAfter))
 	s.mu.Lock()
-	s.jobs[job.Job] = cancel
+	s.jobs[id] = cancel
 	s.mu.Unlock()
 	s.running.Add(1)
 	s.a.jobs.Add(1)
@@ -195,11 +202,11 @@ func (s *session) start(job *relaymsg.Job) {
 		defer s.running.Done()
 		defer func() {
 			s.mu.Lock()
-			delete(s.jobs, job.Job)
+			delete(s.jobs, id)
 			s.mu.Unlock()
 			cancel()
 		}()
-		s.run(ctx, end, job, name)
+		run(ctx)
 	}()
 }
 
