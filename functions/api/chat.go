@@ -419,28 +419,9 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 		return outcomeFailed, j.end(clientCtx, "too_large", oaiwire.InvalidRequest("messages",
 			"the request is too large to relay to a worker (limit 128 KiB once encoded)"))
 	}
-	j.jobBytes = len(msg)
-	// The mailbox takes the new worker's messages before the post goes
-	// out: the worker may answer, even finish, before Post returns, and
-	// a mailbox still expecting the worker the job moved away from would
-	// drop that whole reply and leave the job waiting for its first
-	// token in vain.
-	j.box.Expect(j.worker)
-	if err := s.conns.Post(jobCtx, j.worker, msg); err != nil {
-		if errors.Is(err, connections.ErrGone) && j.goneRetries < maxGoneRetries {
-			// The connection closed before its $disconnect reached the
-			// store: the job never ran. Nobody may pick that worker
-			// again, and the move costs the job none of its attempts.
-			s.log.Info("worker gone before its job; moving job", "job", j.job.ID, "worker", j.worker)
-			j.goneRetries++
-			j.attempts--
-			j.dropWorker(j.worker, false)
-			return j.retry(clientCtx)
-		}
-		s.log.Warn("worker unreachable; moving job", "job", j.job.ID, "worker", j.worker, "err", err)
-		return j.retry(clientCtx)
+	if posted, res, err := j.post(jobCtx, clientCtx, msg); !posted {
+		return res, err
 	}
-	j.postedAt = s.now()
 	j.seq, j.pending, j.pendingBytes, j.firstAt = 0, map[int64]any{}, 0, time.Time{}
 	j.deltas, j.replyBytes, j.output, j.stats = 0, 0, relaymsg.OutputHasher{}, replyStats{}
 	firstToken := time.NewTimer(s.limits.FirstToken)
@@ -679,6 +660,36 @@ func (j *jobRun) moveNow(clientCtx context.Context) bool {
 	j.workerPubkey, j.workerAccount = assigned.WorkerPubkey, assigned.WorkerAccount
 	j.out.reset()
 	return true
+}
+
+// post sends the job's message msg to its worker; false, with what the
+// attempt comes to, when it could not (the job moves to another worker).
+func (j *jobRun) post(jobCtx, clientCtx context.Context, msg []byte) (bool, outcome, error) {
+	s := j.s
+	j.jobBytes = len(msg)
+	// The mailbox takes the new worker's messages before the post goes
+	// out: the worker may answer, even finish, before Post returns, and
+	// a mailbox still expecting the worker the job moved away from would
+	// drop that whole reply and leave the job waiting for its first
+	// token in vain.
+	j.box.Expect(j.worker)
+	if err := s.conns.Post(jobCtx, j.worker, msg); err != nil {
+		if errors.Is(err, connections.ErrGone) && j.goneRetries < maxGoneRetries {
+			// The connection closed before its $disconnect reached the
+			// store: the job never ran. Nobody may pick that worker
+			// again, and the move costs the job none of its attempts.
+			s.log.Info("worker gone before its job; moving job", "job", j.job.ID, "worker", j.worker)
+			j.goneRetries++
+			j.attempts--
+			j.dropWorker(j.worker, false)
+		} else {
+			s.log.Warn("worker unreachable; moving job", "job", j.job.ID, "worker", j.worker, "err", err)
+		}
+		res, err := j.retry(clientCtx)
+		return false, res, err
+	}
+	j.postedAt = s.now()
+	return true, 0, nil
 }
 
 // retry moves the job to another worker if nothing reached the client yet;

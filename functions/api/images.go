@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
-	"github.com/c0mpute/c0mpute/functions/connections"
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
@@ -258,20 +257,9 @@ func (ir *imageRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, err
 	if err != nil {
 		return outcomeFailed, j.end(clientCtx, "too_large", errImageTooLarge)
 	}
-	j.jobBytes = len(msg)
-	j.box.Expect(j.worker)
-	if err := s.conns.Post(jobCtx, j.worker, msg); err != nil {
-		if errors.Is(err, connections.ErrGone) && j.goneRetries < maxGoneRetries {
-			s.log.Info("worker gone before its job; moving job", "job", j.job.ID, "worker", j.worker)
-			j.goneRetries++
-			j.attempts--
-			j.dropWorker(j.worker, false)
-			return j.retry(clientCtx)
-		}
-		s.log.Warn("worker unreachable; moving job", "job", j.job.ID, "worker", j.worker, "err", err)
-		return j.retry(clientCtx)
+	if posted, res, err := j.post(jobCtx, clientCtx, msg); !posted {
+		return res, err
 	}
-	j.postedAt = s.now()
 	j.firstAt = time.Time{}
 	ir.parts, ir.done = relaymsg.ImageAssembler{}, nil
 	for {
