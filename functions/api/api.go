@@ -110,6 +110,11 @@ type Limits struct {
 	FirstToken time.Duration `validate:"min=1"`
 	// Job is the whole job's deadline from admission.
 	Job time.Duration `validate:"min=1"`
+	// ImageRender is how long an assigned worker may take to deliver an
+	// image before it is cut off and the job moves (an image comes whole,
+	// after it is rendered: there is no first token to wait for); 0
+	// leaves only the job's deadline.
+	ImageRender time.Duration `validate:"min=0"`
 	// KeepAliveAfter is when a waiting stream commits to 200 and starts
 	// sending ": keep-alive" comments; errors before it keep their real
 	// HTTP status.
@@ -137,6 +142,7 @@ func DefaultLimits() Limits {
 		QueueWait:           30 * time.Second,
 		FirstToken:          60 * time.Second,
 		Job:                 10 * time.Minute,
+		ImageRender:         5 * time.Minute,
 		KeepAliveAfter:      2 * time.Second,
 		KeepAliveEvery:      10 * time.Second,
 		WorkerSharePercent:  70,

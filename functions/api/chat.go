@@ -503,6 +503,9 @@ func (j *jobRun) ordered(clientCtx context.Context, m any) (outcome, bool, error
 	if _, dup := j.pending[seq]; dup {
 		return 0, false, nil
 	}
+	if c, ok := m.(*relaymsg.Chunk); ok && c.Image != nil {
+		return j.brokeProtocol(clientCtx, "an image part in a chat reply")
+	}
 	size := messageBytes(m)
 	if seq-j.seq > maxAhead || len(j.pending) >= maxPending || j.pendingBytes+size > maxPendingBytes {
 		return j.brokeProtocol(clientCtx, "out-of-order messages past the bounds")

@@ -11,6 +11,7 @@ import (
 	"image"
 	"image/png"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -190,7 +191,11 @@ func (s *Server) images(w http.ResponseWriter, r *http.Request) error {
 	if e := s.unavailable(r, model.ID); e != nil {
 		return e
 	}
-	job, box, err := s.admit(w, r, newImageID(), model, needs)
+	id := newImageID()
+	if !relayable(id, model.ID, req) {
+		return errImageTooLarge
+	}
+	job, box, err := s.admit(w, r, id, model, needs)
 	if err != nil {
 		return err
 	}
@@ -198,6 +203,16 @@ func (s *Server) images(w http.ResponseWriter, r *http.Request) error {
 	w = s.withBalance(w, who(r).account)
 	run := &imageRun{jobRun: &jobRun{s: s, job: job, model: model, box: box, out: imageSink{}, rm: rm}, req: req, w: w}
 	return run.serve(r.Context())
+}
+
+// relayable says whether the image job id of model for req fits in one
+// relay message, as its worker's will be (the longest connection ids, a
+// ticket), so that a prompt that cannot is refused before it is charged.
+func relayable(id, model string, req relaymsg.ImageRequest) bool {
+	longest := strings.Repeat("c", 128)
+	_, err := relaymsg.Encode(&relaymsg.ImageJob{Job: id, ReplyTo: longest, Model: model, Request: req,
+		Deadline: time.Now(), BudgetMillis: math.MaxInt64, Ticket: strings.Repeat("t", 43)})
+	return err == nil
 }
 
 // newImageID makes an image job's id.
@@ -246,7 +261,9 @@ func (ir *imageRun) serve(ctx context.Context) error {
 
 // runOnWorker hands the prompt to the worker and collects its image. There
 // is no first-token timer: an image arrives whole after it is rendered,
-// which takes a GPU seconds to minutes; the job's deadline bounds it.
+// which takes a GPU seconds to minutes. A worker that has not delivered it
+// within Limits.ImageRender is cut off (a silent worker would otherwise
+// hold every image job it is given until the deadline), and the job moves.
 func (ir *imageRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error) {
 	j := ir.jobRun
 	s := j.s
@@ -262,6 +279,12 @@ func (ir *imageRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, err
 	}
 	j.firstAt = time.Time{}
 	ir.parts, ir.done = relaymsg.ImageAssembler{}, nil
+	var rendered <-chan time.Time
+	if s.limits.ImageRender > 0 {
+		t := time.NewTimer(s.limits.ImageRender)
+		defer t.Stop()
+		rendered = t.C
+	}
 	for {
 		for m, ok := j.box.Pop(); ok; m, ok = j.box.Pop() {
 			switch m := m.(type) {
@@ -289,6 +312,12 @@ func (ir *imageRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, err
 		}
 		select {
 		case <-j.box.Ready():
+		case <-rendered:
+			s.log.Warn("no image in time; cutting the worker off", "job", j.job.ID, "worker", j.worker)
+			lost := j.worker
+			j.cancelOnWorker()
+			j.dropWorker(lost, true)
+			return j.retry(clientCtx)
 		case <-jobCtx.Done():
 			return outcomeFailed, j.end(clientCtx, "timeout", oaiwire.ErrTimeout)
 		}

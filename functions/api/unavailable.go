@@ -4,9 +4,14 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 )
+
+// recheckAge is how old the figures may be when unavailable reads them
+// again.
+const recheckAge = 500 * time.Millisecond
 
 // unavailable is the error to answer a request r for model with when no worker serves
 // it now and none did lately (store.Stats.RecentModels): a 503 at once
@@ -22,8 +27,10 @@ func (s *Server) unavailable(r *http.Request, model string) error {
 	}
 	if err == nil {
 		// The cached figures may predate a worker that just registered:
-		// the store is asked again before the answer is no.
-		st, err = s.readStats(ctx, 0)
+		// they are read again before the answer is no, at most twice a
+		// second and by one caller at a time (requests for a model
+		// nobody serves, however many, cost the store no more).
+		st, err = s.readStats(ctx, recheckAge)
 	}
 	if err != nil {
 		s.log.Warn("network figures for the availability check", "err", err)

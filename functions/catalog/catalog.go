@@ -47,16 +47,21 @@ type Model struct {
 // ImageSpec is what an image model renders.
 type ImageSpec struct {
 	// Sizes are the sizes a request may ask for, "WIDTHxHEIGHT" in
-	// pixels (each side 64 to 4096, a multiple of 8, as diffusion models'
-	// latents need); the first is the default.
+	// pixels (each side 64 to 2048, a multiple of 8, as diffusion models'
+	// latents need: the relay carries an image of 16 MiB at most,
+	// relaymsg.MaxImageBytes, which a PNG of 2048×2048 fits); the first is
+	// the default.
 	Sizes []string `json:"sizes" validate:"required,min=1,max=16,dive,required,max=9"`
 }
 
 // DefaultSize is the size a request that names none gets.
 func (s *ImageSpec) DefaultSize() string { return s.Sizes[0] }
 
+// MaxImageSide is the longest side of an image in pixels.
+const MaxImageSide = 2048
+
 // ParseSize reads an image size, "WIDTHxHEIGHT" in pixels, each side 64 to
-// 4096 and a multiple of 8.
+// MaxImageSide and a multiple of 8.
 func ParseSize(size string) (width, height int, err error) {
 	w, h, ok := strings.Cut(size, "x")
 	if ok {
@@ -69,8 +74,8 @@ func ParseSize(size string) (width, height int, err error) {
 		return 0, 0, fmt.Errorf("image size %q is not WIDTHxHEIGHT, e.g. 1024x1024", size)
 	}
 	for _, side := range []int{width, height} {
-		if side < 64 || side > 4096 || side%8 != 0 {
-			return 0, 0, fmt.Errorf("image size %q: each side must be 64 to 4096 pixels and a multiple of 8", size)
+		if side < 64 || side > MaxImageSide || side%8 != 0 {
+			return 0, 0, fmt.Errorf("image size %q: each side must be 64 to %d pixels and a multiple of 8", size, MaxImageSide)
 		}
 	}
 	return width, height, nil

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
@@ -307,4 +308,36 @@ func TestImageOfManyParts(t *testing.T) {
 		t.Fatalf("the reply is not the worker's %d-byte image (%v)", len(img), err)
 	}
 	e.expectCharged(j.Job)
+}
+
+// TestSilentImageWorkerIsCutOff: a worker that takes an image job and
+// never delivers is cut off once ImageRender has passed, and the job goes
+// to another worker: it does not hold image jobs until their deadline.
+func TestSilentImageWorkerIsCutOff(t *testing.T) {
+	e := newEnv(t, options{limits: func(l *api.Limits) { l.ImageRender = 500 * time.Millisecond }, config: func(c *devnet.Config) {
+		c.Models = append(c.Models, catalog.Model{ID: imageModel, Price: imagePrice,
+			Image: &catalog.ImageSpec{Sizes: []string{"256x192"}}})
+	}})
+	user, silent, good := e.newAccount("user", 1000), e.newAccount("silent", 0), e.newAccount("good", 0)
+	hs := e.imageWorker(silent)
+	res := make(chan int, 1)
+	go func() { s, _ := e.imageCall(user.apiKey); res <- s }()
+	j := hs.nextImageJob()
+	hg := e.imageWorker(good)
+	moved := hg.nextImageJob()
+	if moved.Job != j.Job {
+		t.Fatalf("the good worker got job %s, want the silent worker's %s", moved.Job, j.Job)
+	}
+	img := noisyPNG(t, 256, 192)
+	hg.sendImage(moved, img, nil, hg.imageReceipt(moved, img))
+	if status := <-res; status != http.StatusOK {
+		t.Fatalf("status %d, want the good worker's image", status)
+	}
+	if !hs.waitClosed(waitLimit) {
+		t.Error("the silent worker is still connected")
+	}
+	e.expectCharged(j.Job)
+	e.expectCredits(user, 1000-imagePrice)
+	e.expectEarned(silent, 0)
+	e.expectEarned(good, imagePrice*workerShare/100)
 }

@@ -4,11 +4,13 @@ package attack_test
 // types that only the relay may send, sent by a worker.
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/api"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 )
 
@@ -102,4 +104,35 @@ func TestForgedRelayMessages(t *testing.T) {
 		}
 	}
 	f.finish(t)
+}
+
+// TestImagePartsInAChatReply: a worker that answers a chat job with an
+// image part (one that is not the first message, which a chat reply would
+// hold as out-of-order text) is cut off for it; the job goes to an honest
+// worker, charged once, and the cheat earns nothing.
+func TestImagePartsInAChatReply(t *testing.T) {
+	// No first-token timeout to fall back on: only the cut moves the job.
+	e := newEnv(t, options{limits: func(l *api.Limits) { l.FirstToken = time.Hour }})
+	user, mallory, contributor := e.newAccount("user", 1000), e.newAccount("mallory", 0), e.newAccount("contributor", 0)
+	h := e.hostileWorker(mallory)
+	c := e.start(user.apiKey, chatBody("hello", false))
+	j := h.nextJob()
+	e.honestWorker(contributor, words("fine", " thanks"))
+	part := bytes.Repeat([]byte{0x89}, relaymsg.ImagePartBytes)
+	if err := h.send(&relaymsg.Chunk{Job: j.Job, To: j.ReplyTo, Seq: 1, Ticket: j.Ticket,
+		Image: &relaymsg.ImagePart{Parts: 256, Data: part}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.wait(t); !r.ok() || r.Content != "fine thanks" {
+		t.Errorf("reply %s; want the honest worker's", r)
+	}
+	// Cut off, not merely timed out (a worker that is only slow keeps its
+	// connection).
+	if !h.waitClosed(waitLimit) {
+		t.Error("the worker that sent an image part in a chat reply is still connected")
+	}
+	e.expectCharged(j.Job)
+	e.expectCredits(user, 1000-price)
+	e.expectEarned(mallory, 0)
+	e.expectEarned(contributor, earning)
 }

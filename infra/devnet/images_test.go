@@ -219,6 +219,14 @@ func TestImageRequestsRefused(t *testing.T) {
 	n := startImageNet(t, comfyuitest.Options{})
 	ctx := context.Background()
 	before := n.credits()
+	entries := func() int {
+		es, err := n.store.Entries(ctx, n.account, "", store.MaxEntries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	ledger := entries()
 	ok := openai.ImageGenerateParams{Model: imageModel, Prompt: "p", ResponseFormat: openai.ImageGenerateParamsResponseFormatB64JSON}
 	for _, tc := range []struct {
 		name  string
@@ -231,6 +239,9 @@ func TestImageRequestsRefused(t *testing.T) {
 		{"size not offered", func(p *openai.ImageGenerateParams) { p.Size = openai.ImageGenerateParamsSize1024x1024 }, "size"},
 		{"style", func(p *openai.ImageGenerateParams) { p.Style = openai.ImageGenerateParamsStyleVivid }, "style"},
 		{"no prompt", func(p *openai.ImageGenerateParams) { p.Prompt = "" }, "prompt"},
+		// Within the 32,000 characters, but six bytes each once escaped:
+		// more than one relay message holds, refused before the charge.
+		{"prompt too large to relay", func(p *openai.ImageGenerateParams) { p.Prompt = strings.Repeat("\x01", 32000) }, "prompt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := ok
@@ -251,6 +262,9 @@ func TestImageRequestsRefused(t *testing.T) {
 	}
 	if after := n.credits(); after != before {
 		t.Fatalf("refused requests moved credits: %d, then %d", before, after)
+	}
+	if after := entries(); after != ledger {
+		t.Fatalf("refused requests wrote %d ledger entries (a charge and its refund each), want none", after-ledger)
 	}
 	if c := n.comfy.Counts(); c.Queued != 0 {
 		t.Fatalf("a refused request reached ComfyUI: %+v", c)

@@ -345,7 +345,13 @@ func TestUnservedModelFailsFast(t *testing.T) {
 	// A worker of the model left a moment ago: the request queues, and
 	// times out after the queue wait, refunded.
 	e.workerLeft("unserved")
-	queued := ask()
+	// The gateway's figures are up to half a second old: until they show
+	// the worker, the answer is still the free one.
+	var queued *openai.Error
+	e.waitFor("the model to be waited for", func() bool {
+		queued = ask()
+		return !strings.Contains(queued.Message, "none has been lately")
+	})
 	if queued.StatusCode != http.StatusServiceUnavailable || strings.Contains(queued.Message, "none has been lately") {
 		t.Errorf("model seen lately: %d %q; want the queue's 503", queued.StatusCode, queued.Message)
 	}

@@ -219,6 +219,9 @@ func (b *Backend) Image(ctx context.Context, model string, req backend.ImageRequ
 	if err != nil {
 		return backend.Image{}, err
 	}
+	// ComfyUI keeps every prompt's graph, the user's prompt in it, in its
+	// history until it restarts: the job's entry goes once it is over.
+	defer b.forget(promptID)
 	if err := b.follow(ctx, ws, promptID, progress); err != nil {
 		if ctx.Err() != nil {
 			b.cancel(promptID)
@@ -391,6 +394,15 @@ func (b *Backend) view(ctx context.Context, ref imageRef) ([]byte, error) {
 		return nil, fmt.Errorf("comfyui: GET /view: %w", err)
 	}
 	return img, nil
+}
+
+// forget deletes the prompt from ComfyUI's history (POST /history
+// {"delete": [id]}). Best effort: the job is over either way.
+func (b *Backend) forget(promptID string) {
+	ctx, stop := context.WithTimeout(context.Background(), cancelTimeout)
+	defer stop()
+	body, _ := json.Marshal(map[string]any{"delete": []string{promptID}})
+	_, _ = b.do(ctx, http.MethodPost, "/history", nil, body, nil)
 }
 
 // cancel interrupts the prompt if it runs and drops it if it waits. Best

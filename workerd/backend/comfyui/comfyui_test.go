@@ -72,6 +72,10 @@ func TestRendersThroughTheAPI(t *testing.T) {
 	if c := srv.Counts(); c.Queued != 1 || c.Views != 1 {
 		t.Errorf("stand-in saw %+v, want one prompt and one /view", c)
 	}
+	// ComfyUI's history, which holds the prompt, is rid of the job.
+	if n := srv.History(); n != 0 {
+		t.Errorf("the stand-in's history holds %d prompts after the job, want none", n)
+	}
 	// The graph carried the job's values where the placeholders were.
 	g := srv.Prompts()[0]
 	text := g["6"].(map[string]any)["inputs"].(map[string]any)["text"]

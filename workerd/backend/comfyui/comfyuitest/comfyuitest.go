@@ -15,7 +15,8 @@
 //     to existing nodes of the right output type, the checkpoint offered,
 //     an output node) and answers 400 with error and node_errors when it
 //     fails;
-//   - GET /history/{prompt_id}, GET /view, POST /interrupt, POST /queue.
+//   - GET /history/{prompt_id}, POST /history (delete), GET /view,
+//     POST /interrupt, POST /queue.
 //
 // Running a prompt "renders" a real PNG of the latent's size: a
 // deterministic pattern from the seed, so the bytes are an image any
@@ -103,6 +104,7 @@ func Start(t interface {
 	mux.HandleFunc("GET /view", s.view)
 	mux.HandleFunc("POST /interrupt", s.interruptPrompt)
 	mux.HandleFunc("POST /queue", s.queue)
+	mux.HandleFunc("POST /history", s.deleteHistory)
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -539,6 +541,35 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	s.deleted = append(s.deleted, body.Delete...)
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
+}
+
+// deleteHistory is POST /history: {"delete": [ids]} drops those prompts'
+// entries, {"clear": true} every entry.
+func (s *Server) deleteHistory(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Delete []string `json:"delete"`
+		Clear  bool     `json:"clear"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	for _, id := range body.Delete {
+		delete(s.history, id)
+	}
+	if body.Clear {
+		clear(s.history)
+	}
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}
+
+// History is how many prompts the stand-in's history holds.
+func (s *Server) History() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.history)
 }
 
 func randomID() string {
