@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/api"
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 )
 
