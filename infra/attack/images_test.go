@@ -314,11 +314,15 @@ func TestImageOfManyParts(t *testing.T) {
 // never delivers is cut off once ImageRender has passed, and the job goes
 // to another worker: it does not hold image jobs until their deadline.
 func TestSilentImageWorkerIsCutOff(t *testing.T) {
-	e := newEnv(t, options{limits: func(l *api.Limits) { l.ImageRender = 500 * time.Millisecond }, config: func(c *devnet.Config) {
+	// Long enough for the good worker to answer on a loaded machine (its
+	// own timer starts when the job moves to it), short beside the job's
+	// 30 s deadline.
+	e := newEnv(t, options{limits: func(l *api.Limits) { l.ImageRender = 3 * time.Second }, config: func(c *devnet.Config) {
 		c.Models = append(c.Models, catalog.Model{ID: imageModel, Price: imagePrice,
 			Image: &catalog.ImageSpec{Sizes: []string{"256x192"}}})
 	}})
 	user, silent, good := e.newAccount("user", 1000), e.newAccount("silent", 0), e.newAccount("good", 0)
+	img := noisyPNG(t, 256, 192)
 	hs := e.imageWorker(silent)
 	res := make(chan int, 1)
 	go func() { s, _ := e.imageCall(user.apiKey); res <- s }()
@@ -328,7 +332,6 @@ func TestSilentImageWorkerIsCutOff(t *testing.T) {
 	if moved.Job != j.Job {
 		t.Fatalf("the good worker got job %s, want the silent worker's %s", moved.Job, j.Job)
 	}
-	img := noisyPNG(t, 256, 192)
 	hg.sendImage(moved, img, nil, hg.imageReceipt(moved, img))
 	if status := <-res; status != http.StatusOK {
 		t.Fatalf("status %d, want the good worker's image", status)

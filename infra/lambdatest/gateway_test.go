@@ -76,6 +76,11 @@ func newGateway(t testing.TB) *gateway {
 		lambdaenv.EnvTable: table, lambdaenv.EnvDynamoEndpoint: dynamotest.Endpoint(t),
 		lambdaenv.EnvConnectionsURL: lr.mgmtURL, lambdaenv.EnvListenerFile: secretFile,
 		lambdaenv.EnvLogLevel: "debug",
+		// The test workers serve random weights or a fixed text: their
+		// model does not answer questions, so the canaries compare
+		// workers instead of checking known answers (as for the dev
+		// network's demo model), and one worker alone is not judged.
+		lambdaenv.EnvCatalog: `[{"id":"c0mpute-pro","price":10}]`,
 		// What Lambda gives every function: a region and the role's
 		// credentials. DynamoDB Local accepts any; the local relay's
 		// management API only these, with the signature verified, as
