@@ -472,11 +472,7 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 				// A worker that says nothing (it registered a model it
 				// does not serve, or hangs) is cut off, and the job moves
 				// while nothing has reached the client.
-				s.log.Warn("no first token in time; cutting the worker off", "job", j.job.ID, "worker", j.worker)
-				lost := j.worker
-				j.cancelOnWorker()
-				j.dropWorker(lost, true)
-				return j.retry(clientCtx)
+				return j.cutSilent(clientCtx, "no first token in time")
 			}
 		case <-jobCtx.Done():
 			return outcomeFailed, j.end(clientCtx, "timeout", oaiwire.ErrTimeout)
@@ -693,6 +689,16 @@ func (j *jobRun) post(jobCtx, clientCtx context.Context, msg []byte) (bool, outc
 	}
 	j.postedAt = s.now()
 	return true, 0, nil
+}
+
+// cutSilent cuts off a worker that did not answer in time (why says what
+// it failed to send) and moves the job.
+func (j *jobRun) cutSilent(clientCtx context.Context, why string) (outcome, error) {
+	j.s.log.Warn(why+"; cutting the worker off", "job", j.job.ID, "worker", j.worker)
+	lost := j.worker
+	j.cancelOnWorker()
+	j.dropWorker(lost, true)
+	return j.retry(clientCtx)
 }
 
 // retry moves the job to another worker if nothing reached the client yet;

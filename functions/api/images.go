@@ -313,11 +313,7 @@ func (ir *imageRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, err
 		select {
 		case <-j.box.Ready():
 		case <-rendered:
-			s.log.Warn("no image in time; cutting the worker off", "job", j.job.ID, "worker", j.worker)
-			lost := j.worker
-			j.cancelOnWorker()
-			j.dropWorker(lost, true)
-			return j.retry(clientCtx)
+			return j.cutSilent(clientCtx, "no image in time")
 		case <-jobCtx.Done():
 			return outcomeFailed, j.end(clientCtx, "timeout", oaiwire.ErrTimeout)
 		}
