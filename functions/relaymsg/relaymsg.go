@@ -129,6 +129,9 @@ type Done struct {
 	// Receipt is the worker's signed receipt of the job (see Receipt):
 	// the gateway pays for nothing without a valid one.
 	Receipt *Receipt `json:"receipt" validate:"required"`
+	// Ring is the stages' settlement of a ring job (see RingDone); the
+	// gateway pays a ring job only with one that verifies.
+	Ring *RingDone `json:"ring,omitempty"`
 }
 
 // FailModelNotServed is the Fail code of a worker handed a model it does
@@ -200,6 +203,8 @@ type Job struct {
 	// Ticket authorises the worker's messages for this job (see Ticketer);
 	// the worker copies it into each of them.
 	Ticket string `json:"ticket" validate:"required,len=43"`
+	// Ring is set for a job of a ring model (see RingJob).
+	Ring *RingJob `json:"ring,omitempty"`
 }
 
 // Cancel tells a worker to stop a job (the client went away).
@@ -330,6 +335,15 @@ var constructors = map[string]func() message{
 	TypeLost:       func() message { return new(Lost) },
 	TypeHello:      func() message { return new(Hello) },
 	TypeWelcome:    func() message { return new(Welcome) },
+
+	TypeRingAnnounce: func() message { return new(RingAnnounce) },
+	TypeRingRTT:      func() message { return new(RingRTT) },
+	TypeRingReady:    func() message { return new(RingReady) },
+	TypeRingRefuse:   func() message { return new(RingRefuse) },
+	TypeRingProbe:    func() message { return new(RingProbe) },
+	TypeRingAssign:   func() message { return new(RingAssign) },
+	TypeRingServe:    func() message { return new(RingServe) },
+	TypeRingDisband:  func() message { return new(RingDisband) },
 }
 
 // typeNames maps each message struct to its type, built from constructors

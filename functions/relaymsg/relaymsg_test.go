@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/shard"
 )
 
 var update = flag.Bool("update", false, "rewrite the FuzzDecode seed corpus under testdata/")
@@ -78,6 +79,21 @@ func samples() []any {
 			Deadline: time.Date(2026, 11, 29, 16, 1, 34, 500_000_000, time.UTC), BudgetMillis: 120_000, Ticket: tkt},
 		&Chunk{Job: "img_1", To: "TWegAcC4EowCHnA=", From: "R1kmxc2VNjMCFIA=", Seq: 1,
 			Image: &ImagePart{Parts: 2, Data: []byte("\x89PNG\r\n\x1a\n")}, Ticket: tkt},
+		&RingAnnounce{Model: "tiny-ring", Advertise: "203.0.113.7:7001",
+			Capability: shard.Capability{Node: shard.PublicKey{1}, Model: shard.Hash{2}, VRAMBytes: 8 << 30, LayerMicros: 900, UplinkBps: 100_000_000, Time: 1764000000000}},
+		&RingProbe{Model: "tiny-ring", Peers: []RingPeer{{Node: shard.PublicKey{3}, Addr: "198.51.100.2:7001"}}},
+		&RingRTT{Model: "tiny-ring", Row: shard.RTTRow{From: shard.PublicKey{1}, Time: 1764000000000, Peers: []shard.RTTPeer{{To: shard.PublicKey{3}, Micros: 25_000}}}},
+		&RingAssign{Model: "tiny-ring", Hash: shard.Hash{4}, BlobURL: "https://blobs.example/tiny-ring",
+			Plan:     shard.Plan{Version: shard.PlanVersion, Layers: 4, Stages: 1, Members: []shard.Member{{Role: shard.RolePrimary, Node: shard.PublicKey{1}, LayerEnd: 4}}},
+			Manifest: shard.Manifest{Name: "tiny-ring", Layers: []shard.Blob{{Hash: shard.Hash{5}, Size: 4096}}},
+			Peers:    []RingPeer{{Node: shard.PublicKey{1}, Addr: "203.0.113.7:7001"}}},
+		&RingReady{Model: "tiny-ring", Acceptance: shard.Acceptance{Plan: shard.Hash{4}, Node: shard.PublicKey{1}, Role: shard.RolePrimary, Time: 1764000000000}},
+		&RingRefuse{Model: "tiny-ring", Hash: shard.Hash{4}, Code: "plan_mismatch", Message: "recomputed another plan"},
+		&RingServe{Model: "tiny-ring", Hash: shard.Hash{4}},
+		&RingDisband{Model: "tiny-ring", Hash: shard.Hash{4}, Reason: "member_left"},
+		&Done{Job: "job_2", To: "TWegAcC4EowCHnA=", Seq: 9, FinishReason: "stop", Ticket: tkt, Receipt: sampleReceipt(),
+			Ring: &RingDone{Plan: shard.Hash{4}, Input: shard.Hash{6}, Output: shard.Hash{7}, TokenEnd: 12,
+				Receipts: []shard.Receipt{{Job: "job_2", Plan: shard.Hash{4}, LayerEnd: 4, TokenEnd: 12, Time: 1764000000000, Signer: shard.PublicKey{1}}}}},
 	}
 }
 
