@@ -178,6 +178,10 @@ type Registered struct {
 	// chunk after the first. The relay decides: in AWS every message is a
 	// paid invocation, on one machine a message costs microseconds.
 	BatchMillis int `json:"batch_ms" validate:"min=0,max=1000"`
+	// Ring lists the registered models the gateway serves as rings (see
+	// ring.go): the worker does not serve them whole, and may announce
+	// itself as a member of their rings.
+	Ring []RingOffer `json:"ring,omitempty" validate:"max=16,dive"`
 }
 
 // Job hands a worker a request. It is the only place the prompt travels,

@@ -40,7 +40,8 @@ func samples() []any {
 			Usage: oaiwire.Usage{PromptTokens: 12, CompletionTokens: 34, TotalTokens: 46}, Ticket: tkt,
 			Receipt: sampleReceipt()},
 		&Fail{Job: "job_1", To: "TWegAcC4EowCHnA=", Seq: 2, Code: "backend_unavailable", Message: "ollama: connection refused", Ticket: tkt},
-		&Registered{Conn: "R1kmxc2VNjMCFIA=", Models: []string{"llama3.1:8b"}, Ignored: []string{"qwen3:32b"}},
+		&Registered{Conn: "R1kmxc2VNjMCFIA=", Models: []string{"llama3.1:8b"}, Ignored: []string{"qwen3:32b"},
+			Ring: []RingOffer{{Model: "tiny-ring", Hash: shard.Hash{9}, BlobURL: "https://blobs.example/tiny-ring"}}},
 		&Job{Job: "job_1", ReplyTo: "TWegAcC4EowCHnA=", Model: "llama3.1:8b",
 			Request: oaiwire.ChatRequest{
 				Model: "llama3.1:8b",

@@ -48,6 +48,14 @@ type RingPeer struct {
 	Addr string          `json:"addr" validate:"required,hostname_port,max=256"`
 }
 
+// RingOffer is a ring model a worker registered for: its manifest hash and
+// where its signed manifest (BlobURL/manifest.json) and blobs are served.
+type RingOffer struct {
+	Model   string     `json:"model" validate:"required,max=128"`
+	Hash    shard.Hash `json:"hash"`
+	BlobURL string     `json:"blob_url" validate:"required,url,max=1024"`
+}
+
 // RingAnnounce offers a member's memory and speed for one ring model.
 type RingAnnounce struct {
 	Header
