@@ -60,13 +60,17 @@ type Header struct {
 // worker sends on a new connection.
 type Register struct {
 	Header
-	Models []string `json:"models" validate:"required,min=1,max=64,dive,required,max=128"`
+	Models []string `json:"models" validate:"max=64,dive,required,max=128"`
 	// Agent is the worker software and version, for operators.
 	Agent string `json:"agent,omitempty" validate:"max=128"`
 	// Caps says what the worker's backend supports for each model; a
 	// model without an entry is served as plain chat only (no vision,
 	// tools or response_format), so dispatch sends it nothing else.
 	Caps []ModelCaps `json:"caps,omitempty" validate:"max=64,dive"`
+	// Ring offers the worker as a ring member (workerd --shard) for every
+	// ring model the gateway serves (Registered.Ring lists them). A worker
+	// must register at least one model or offer itself as a ring member.
+	Ring bool `json:"ring,omitempty"`
 }
 
 // ModelCaps is what a worker's backend supports for one model.
@@ -278,6 +282,9 @@ func Decode(b []byte) (any, error) {
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("relaymsg: %s: trailing data after the message", h.Type)
+	}
+	if r, ok := m.(*Register); ok && len(r.Models) == 0 && !r.Ring {
+		return nil, errors.New("relaymsg: register: no models, and not a ring member")
 	}
 	if c, ok := m.(*Chunk); ok && (len(c.Deltas) == 0) == (c.Image == nil) {
 		return nil, errors.New("relaymsg: chunk: want Deltas (at least one) or Image, exactly one of them")

@@ -28,6 +28,7 @@ var tkt = strings.Repeat("T", TicketLen)
 func samples() []any {
 	return []any{
 		&Register{Models: []string{"llama3.1:8b", "qwen3:32b"}, Agent: "workerd/0.1.0"},
+		&Register{Agent: "workerd/0.1.0 builtin", Ring: true},
 		&Heartbeat{},
 		&Drain{},
 		&Chunk{Job: "job_1", To: "TWegAcC4EowCHnA=", From: "R1kmxc2VNjMCFIA=", Seq: 0, Deltas: []oaiwire.Delta{
@@ -205,8 +206,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"over 128 KiB", `{"v":1,"type":"heartbeat"}` + strings.Repeat(" ", MaxMessage), "larger than 128 KiB"},
 
 		// missing or invalid fields, per type
-		{"register no models", `{"v":1,"type":"register"}`, "Models"},
-		{"register empty models", `{"v":1,"type":"register","models":[]}`, "Models"},
+		{"register no models", `{"v":1,"type":"register"}`, "no models, and not a ring member"},
+		{"register empty models", `{"v":1,"type":"register","models":[]}`, "no models, and not a ring member"},
 		{"register empty model name", `{"v":1,"type":"register","models":[""]}`, "Models[0]"},
 		{"register model name too long", `{"v":1,"type":"register","models":["` + strings.Repeat("m", 129) + `"]}`, "Models[0]"},
 		{"register too many models", `{"v":1,"type":"register","models":[` + strings.TrimSuffix(strings.Repeat(`"m",`, 65), ",") + `]}`, "Models"},
