@@ -25,6 +25,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/workerd/backend"
 )
@@ -75,6 +76,27 @@ type Config struct {
 	// Observer is told of the connection's state, each job and backend
 	// errors (metrics); nil observes nothing.
 	Observer Observer
+	// Ring, when set, makes this worker a member of rings for the models
+	// it offers (workerd --shard): they are registered besides the
+	// backend's models, the relay's ring messages go to it, and jobs for
+	// a ring model this worker drives run on it.
+	Ring Ring
+}
+
+// Ring is a ring member (workerd/ringmember), as the agent uses it.
+type Ring interface {
+	// Attach starts membership on a newly registered connection: offers
+	// are the ring models the gateway accepted, send writes a message on
+	// that connection. It returns at once.
+	Attach(offers []relaymsg.RingOffer, send func(any) error)
+	// Handle gets each ring control message from the relay.
+	Handle(m any)
+	// Drives reports whether this worker is the first stage of a serving
+	// ring of the model: the gateway sends it the model's jobs.
+	Drives(model string) bool
+	// Chat runs a job of a ring model this worker drives and returns the
+	// ring's settlement for the job's done.
+	Chat(ctx context.Context, job *relaymsg.Job, emit func(oaiwire.Delta) error) (backend.Result, *relaymsg.RingDone, error)
 }
 
 // Agent runs until its context ends.
@@ -246,7 +268,7 @@ func (a *Agent) refreshModels(ctx context.Context, s *session) {
 // name), with what the backend says each supports. A model whose
 // capabilities the backend cannot tell is registered as plain chat.
 func (a *Agent) registration(ctx context.Context, models map[string]string) *relaymsg.Register {
-	reg := &relaymsg.Register{Models: sortedKeys(models), Agent: a.agentString()}
+	reg := &relaymsg.Register{Models: sortedKeys(models), Agent: a.agentString(), Ring: a.cfg.Ring != nil}
 	capable, ok := a.cfg.Backend.(backend.Capable)
 	if !ok {
 		return reg
@@ -308,10 +330,19 @@ func (a *Agent) networkModels(ctx context.Context) (map[string]string, error) {
 			}
 		}
 	}
+	if len(out) == 0 && a.cfg.Ring != nil {
+		// A ring member need not serve a whole model.
+		return out, nil
+	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("backend %s serves no model (pull one, or check the models setting)", a.cfg.Backend.Name())
 	}
 	return out, nil
+}
+
+// drives reports whether a job of model runs on this worker's ring.
+func (a *Agent) drives(model string) bool {
+	return a.cfg.Ring != nil && a.cfg.Ring.Drives(model)
 }
 
 // ShortName drops Ollama's default ":latest" tag: users and the network
@@ -409,6 +440,9 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 			a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models)
 			s := newSession(a, ws, m.Conn, models)
 			s.batch = time.Duration(m.BatchMillis) * time.Millisecond
+			if a.cfg.Ring != nil {
+				a.cfg.Ring.Attach(m.Ring, s.send)
+			}
 			for _, e := range early {
 				s.handle(e)
 			}
@@ -426,7 +460,8 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 				return nil, &RefusedError{Reason: "the worker token was revoked", Fix: revokedFix}
 			}
 			return nil, fmt.Errorf("register refused: %s: %s", m.Code, m.Message)
-		case *relaymsg.Job, *relaymsg.ImageJob, *relaymsg.Cancel:
+		case *relaymsg.Job, *relaymsg.ImageJob, *relaymsg.Cancel,
+			*relaymsg.RingProbe, *relaymsg.RingAssign, *relaymsg.RingServe, *relaymsg.RingDisband:
 			if len(early) >= maxEarly {
 				ws.CloseNow()
 				return nil, fmt.Errorf("register: %d messages and no registered", len(early))

@@ -126,6 +126,10 @@ func (s *session) handle(m any) {
 		if cancel != nil {
 			cancel()
 		}
+	case *relaymsg.RingProbe, *relaymsg.RingAssign, *relaymsg.RingServe, *relaymsg.RingDisband:
+		if s.a.cfg.Ring != nil {
+			s.a.cfg.Ring.Handle(m)
+		}
 	case *relaymsg.Registered:
 		s.a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models, "ignored", m.Ignored)
 	case *relaymsg.Error:
@@ -172,6 +176,9 @@ func (s *session) close(reason string) {
 
 func (s *session) start(job *relaymsg.Job) {
 	name, ok := s.getModels()[job.Model]
+	if s.a.drives(job.Model) {
+		name, ok = job.Model, true
+	}
 	if !ok {
 		s.a.cfg.Observer.JobStarted(job.Model)
 		s.a.cfg.Observer.JobEnded(job.Model, OutcomeRefused, oaiwire.Usage{})
@@ -258,7 +265,13 @@ func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, mod
 	b := &batcher{s: s, job: job.Job, to: job.ReplyTo, ticket: job.Ticket, receipt: receipt, started: started}
 	genCtx, stopGen := context.WithDeadlineCause(ctx, end, errReplyDeadline)
 	defer stopGen()
-	res, err := s.a.cfg.Backend.Chat(genCtx, model, &job.Request, b.add)
+	var res backend.Result
+	var ring *relaymsg.RingDone
+	if s.a.drives(job.Model) {
+		res, ring, err = s.a.cfg.Ring.Chat(genCtx, job, b.add)
+	} else {
+		res, err = s.a.cfg.Backend.Chat(genCtx, model, &job.Request, b.add)
+	}
 	if ferr := b.flush(); err == nil {
 		err = ferr
 	}
@@ -286,7 +299,7 @@ func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, mod
 		log.Info("job done", "finish", res.FinishReason, "prompt_tokens", res.Usage.PromptTokens,
 			"completion_tokens", res.Usage.CompletionTokens, "ms", time.Since(started).Milliseconds())
 		outcome, usage = OutcomeCompleted, res.Usage
-		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: res.FinishReason, Usage: res.Usage, Ticket: job.Ticket})
+		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: res.FinishReason, Usage: res.Usage, Ticket: job.Ticket, Ring: ring})
 	}
 	if b.unsigned {
 		outcome, usage = OutcomeInternal, oaiwire.Usage{}

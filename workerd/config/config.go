@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-playground/validator/v10"
@@ -43,7 +45,7 @@ type Config struct {
 	BackendURL string `json:"backend_url" validate:"required_unless=Backend builtin,omitempty,url"`
 	// GGUF is the model file the builtin backend serves, under its file
 	// name without ".gguf".
-	GGUF string `json:"gguf,omitempty" validate:"required_if=Backend builtin"`
+	GGUF string `json:"gguf,omitempty"`
 	// BackendKey is an optional API key for an OpenAI-compatible server.
 	BackendKey string `json:"backend_key,omitempty"`
 	// DeveloperRole passes developer messages to an OpenAI-compatible
@@ -69,26 +71,52 @@ type Config struct {
 	// APIURL is the gateway's OpenAI base URL (https://…/v1), which
 	// commands that read the account (workerd earnings) call.
 	APIURL string `json:"api_url,omitempty" validate:"omitempty,url,startswith=http"`
+	// Shard makes the worker a ring member (--backend builtin only): it
+	// offers to hold a layer range of the network's ring models, besides
+	// or instead of serving the GGUF file whole.
+	Shard bool `json:"shard,omitempty"`
+	// ShardMemory is the memory in bytes given to a ring's layers (the
+	// VRAM figure of the capability record).
+	ShardMemory int64 `json:"shard_memory,omitempty" validate:"min=0"`
+	// ShardListen is the host:port the stage listener accepts other
+	// stages on.
+	ShardListen string `json:"shard_listen,omitempty" validate:"omitempty,hostname_port"`
+	// ShardAdvertise is the host:port other stages dial (behind NAT or a
+	// proxy it differs from ShardListen); default ShardListen.
+	ShardAdvertise string `json:"shard_advertise,omitempty" validate:"omitempty,hostname_port"`
+	// ShardUplink is the upload bandwidth in bits per second the
+	// capability record declares (a hint: the gateway places by measured
+	// round trips).
+	ShardUplink int64 `json:"shard_uplink,omitempty" validate:"min=0"`
 }
+
+// DefaultShardUplink is the declared uplink when none is set: 100 Mbit/s,
+// a common home connection.
+const DefaultShardUplink = 100_000_000
 
 // Environment variables.
 const (
-	EnvHome          = "C0MPUTE_HOME"
-	EnvRelayURL      = "C0MPUTE_RELAY_URL"
-	EnvToken         = "C0MPUTE_WORKER_TOKEN"
-	EnvKeyFile       = "C0MPUTE_WORKER_KEY"
-	EnvBackend       = "C0MPUTE_BACKEND"
-	EnvBackendURL    = "C0MPUTE_BACKEND_URL"
-	EnvBackendKey    = "C0MPUTE_BACKEND_KEY"
-	EnvGGUF          = "C0MPUTE_GGUF"
-	EnvModels        = "C0MPUTE_MODELS"
-	EnvDeveloperRole = "C0MPUTE_DEVELOPER_ROLE"
-	EnvLogLevel      = "C0MPUTE_LOG_LEVEL"
-	EnvWorkflow      = "C0MPUTE_COMFYUI_WORKFLOW"
-	EnvImageModels   = "C0MPUTE_IMAGE_MODELS"
-	EnvMetricsAddr   = "C0MPUTE_METRICS_ADDR"
-	EnvAPIURL        = "C0MPUTE_API_URL"
-	EnvOllamaHost    = "OLLAMA_HOST"
+	EnvHome           = "C0MPUTE_HOME"
+	EnvRelayURL       = "C0MPUTE_RELAY_URL"
+	EnvToken          = "C0MPUTE_WORKER_TOKEN"
+	EnvKeyFile        = "C0MPUTE_WORKER_KEY"
+	EnvBackend        = "C0MPUTE_BACKEND"
+	EnvBackendURL     = "C0MPUTE_BACKEND_URL"
+	EnvBackendKey     = "C0MPUTE_BACKEND_KEY"
+	EnvGGUF           = "C0MPUTE_GGUF"
+	EnvModels         = "C0MPUTE_MODELS"
+	EnvDeveloperRole  = "C0MPUTE_DEVELOPER_ROLE"
+	EnvLogLevel       = "C0MPUTE_LOG_LEVEL"
+	EnvWorkflow       = "C0MPUTE_COMFYUI_WORKFLOW"
+	EnvImageModels    = "C0MPUTE_IMAGE_MODELS"
+	EnvMetricsAddr    = "C0MPUTE_METRICS_ADDR"
+	EnvAPIURL         = "C0MPUTE_API_URL"
+	EnvShard          = "C0MPUTE_SHARD"
+	EnvShardMemory    = "C0MPUTE_SHARD_MEMORY"
+	EnvShardListen    = "C0MPUTE_SHARD_LISTEN"
+	EnvShardAdvertise = "C0MPUTE_SHARD_ADVERTISE"
+	EnvShardUplink    = "C0MPUTE_SHARD_UPLINK"
+	EnvOllamaHost     = "OLLAMA_HOST"
 )
 
 // DefaultHome is ~/.c0mpute.
@@ -150,29 +178,35 @@ type flags struct {
 	backendURL, backendKey, models, logLevel, workflow   *string
 	imageModels                                          *string
 	metrics, apiURL                                      *string
-	developer                                            *bool
+	shardMemory, shardListen, shardAdvertise, shardUp    *string
+	developer, shard                                     *bool
 }
 
 func newFlags() flags {
 	fs := flag.NewFlagSet("workerd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	return flags{set: fs,
-		home:        fs.String("home", "", "state folder (env "+EnvHome+", default ~/.c0mpute)"),
-		file:        fs.String("config", "", "JSON config file (default <home>/workerd.json if present)"),
-		relay:       fs.String("relay", "", "relay WebSocket URL, ws:// or wss:// (env "+EnvRelayURL+")"),
-		token:       fs.String("token", "", "worker token cwt_… (env "+EnvToken+")"),
-		keyFile:     fs.String("key", "", "identity keypair file (env "+EnvKeyFile+", default <home>/worker-key.json)"),
-		backend:     fs.String("backend", "", "ollama, openai, comfyui or builtin (env "+EnvBackend+", default ollama)"),
-		ggufPath:    fs.String("gguf", "", "GGUF model file for the builtin backend (env "+EnvGGUF+")"),
-		backendURL:  fs.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")"),
-		backendKey:  fs.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")"),
-		developer:   fs.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)"),
-		models:      fs.String("models", "", "id=backend-model,… to serve (env "+EnvModels+"; default: every backend model)"),
-		logLevel:    fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+")"),
-		imageModels: fs.String("image-models", "", "backend models of an OpenAI-compatible server that render images, name,… (env "+EnvImageModels+")"),
-		workflow:    fs.String("workflow", "", "ComfyUI workflow file, API format with {{prompt}} {{width}} {{height}} {{checkpoint}} placeholders (env "+EnvWorkflow+"; default: built-in text-to-image)"),
-		metrics:     fs.String("metrics", "", "serve Prometheus metrics on host:port, at /metrics (env "+EnvMetricsAddr+"; default off)"),
-		apiURL:      fs.String("api-url", "", "the gateway's API base URL, https://…/v1 (env "+EnvAPIURL+")"),
+		home:           fs.String("home", "", "state folder (env "+EnvHome+", default ~/.c0mpute)"),
+		file:           fs.String("config", "", "JSON config file (default <home>/workerd.json if present)"),
+		relay:          fs.String("relay", "", "relay WebSocket URL, ws:// or wss:// (env "+EnvRelayURL+")"),
+		token:          fs.String("token", "", "worker token cwt_… (env "+EnvToken+")"),
+		keyFile:        fs.String("key", "", "identity keypair file (env "+EnvKeyFile+", default <home>/worker-key.json)"),
+		backend:        fs.String("backend", "", "ollama, openai, comfyui or builtin (env "+EnvBackend+", default ollama)"),
+		ggufPath:       fs.String("gguf", "", "GGUF model file for the builtin backend (env "+EnvGGUF+")"),
+		backendURL:     fs.String("backend-url", "", "inference server URL (env "+EnvBackendURL+"; ollama default from "+EnvOllamaHost+")"),
+		backendKey:     fs.String("backend-key", "", "API key for an OpenAI-compatible server (env "+EnvBackendKey+")"),
+		developer:      fs.Bool("developer-role", false, "send developer messages as they are to an OpenAI-compatible server (env "+EnvDeveloperRole+"=1)"),
+		models:         fs.String("models", "", "id=backend-model,… to serve (env "+EnvModels+"; default: every backend model)"),
+		logLevel:       fs.String("log-level", "", "debug, info, warn or error (env "+EnvLogLevel+")"),
+		imageModels:    fs.String("image-models", "", "backend models of an OpenAI-compatible server that render images, name,… (env "+EnvImageModels+")"),
+		workflow:       fs.String("workflow", "", "ComfyUI workflow file, API format with {{prompt}} {{width}} {{height}} {{checkpoint}} placeholders (env "+EnvWorkflow+"; default: built-in text-to-image)"),
+		metrics:        fs.String("metrics", "", "serve Prometheus metrics on host:port, at /metrics (env "+EnvMetricsAddr+"; default off)"),
+		apiURL:         fs.String("api-url", "", "the gateway's API base URL, https://…/v1 (env "+EnvAPIURL+")"),
+		shard:          fs.Bool("shard", false, "be a ring member: hold a layer range of the network's ring models (--backend builtin; env "+EnvShard+"=1)"),
+		shardMemory:    fs.String("shard-memory", "", "memory for ring layers, bytes or with a K/M/G/Ki/Mi/Gi suffix (env "+EnvShardMemory+")"),
+		shardListen:    fs.String("shard-listen", "", "host:port the stage listener accepts other stages on (env "+EnvShardListen+")"),
+		shardAdvertise: fs.String("shard-advertise", "", "host:port other stages dial, if not --shard-listen (env "+EnvShardAdvertise+")"),
+		shardUp:        fs.String("shard-uplink", "", "upload bandwidth declared to the network, bits/s or with a K/M/G suffix (env "+EnvShardUplink+", default 100M)"),
 	}
 }
 
@@ -242,6 +276,25 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	c.BackendURL = first(*f.backendURL, getenv(EnvBackendURL), c.BackendURL, defaultURL)
 	c.DeveloperRole = *f.developer || getenv(EnvDeveloperRole) == "1" || c.DeveloperRole
+	c.Shard = *f.shard || getenv(EnvShard) == "1" || c.Shard
+	for _, q := range []struct {
+		flag, env string
+		val       *string
+		dst       *int64
+	}{{"--shard-memory", EnvShardMemory, f.shardMemory, &c.ShardMemory}, {"--shard-uplink", EnvShardUplink, f.shardUp, &c.ShardUplink}} {
+		if v := first(*q.val, getenv(q.env)); v != "" {
+			n, err := ParseBytes(v)
+			if err != nil {
+				return Config{}, fmt.Errorf("%s (or %s): %w", q.flag, q.env, err)
+			}
+			*q.dst = n
+		}
+	}
+	c.ShardListen = first(*f.shardListen, getenv(EnvShardListen), c.ShardListen)
+	c.ShardAdvertise = first(*f.shardAdvertise, getenv(EnvShardAdvertise), c.ShardAdvertise, c.ShardListen)
+	if c.Shard && c.ShardUplink == 0 {
+		c.ShardUplink = DefaultShardUplink
+	}
 	if m := first(*f.models, getenv(EnvModels)); m != "" {
 		parsed, err := ParseModels(m)
 		if err != nil {
@@ -255,6 +308,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			file = path
 		}
 		return Config{}, describe(err, c, file)
+	}
+	if err := c.checkShard(); err != nil {
+		return Config{}, err
 	}
 	if len(c.ImageModels) > 0 && c.Backend != "openai" {
 		return Config{}, fmt.Errorf("--image-models (or %s) is for --backend openai, not %s (comfyui serves only images already)", EnvImageModels, c.Backend)
@@ -272,6 +328,49 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 
 var validate = validator.New(validator.WithRequiredStructEnabled())
 
+// checkShard checks the settings of the builtin backend and of a ring
+// member together: builtin serves a GGUF file, a ring, or both.
+func (c *Config) checkShard() error {
+	switch {
+	case c.Backend == "builtin" && c.GGUF == "" && !c.Shard:
+		return fmt.Errorf("--gguf (or %s) is not set, and --backend builtin needs it (or --shard, to be a ring member): want a GGUF model file", EnvGGUF)
+	case !c.Shard:
+		return nil
+	case c.Backend != "builtin":
+		return fmt.Errorf("--shard (or %s) is for --backend builtin, not %s: ring stages run on the built-in engine", EnvShard, c.Backend)
+	case c.ShardMemory <= 0:
+		return fmt.Errorf("--shard-memory (or %s) is not set, and --shard needs it: want the memory for ring layers, e.g. 8Gi", EnvShardMemory)
+	case c.ShardListen == "":
+		return fmt.Errorf("--shard-listen (or %s) is not set, and --shard needs it: want the host:port other stages connect to, e.g. 0.0.0.0:7420", EnvShardListen)
+	}
+	host, _, _ := net.SplitHostPort(c.ShardAdvertise)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("--shard-advertise (or %s) is %q: want the host:port other stages dial (--shard-listen %s listens on every interface, which no peer can dial)", EnvShardAdvertise, c.ShardAdvertise, c.ShardListen)
+	}
+	return nil
+}
+
+// ParseBytes reads a byte or bit count: digits with an optional K, M, G
+// or T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024) suffix.
+func ParseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is not a positive count: want digits with an optional K, M, G, T, Ki, Mi, Gi or Ti suffix, e.g. 8Gi", s)
+	}
+	return n * mult, nil
+}
+
 // setting is where a field comes from and what it takes, for messages.
 type setting struct{ flag, env, key, want string }
 
@@ -288,7 +387,9 @@ var settings = map[string]setting{
 	"LogLevel": {"--log-level", EnvLogLevel, "log_level", "debug, info, warn or error"},
 	"MetricsAddr": {"--metrics", EnvMetricsAddr, "metrics_addr",
 		"host:port to serve Prometheus metrics on, e.g. 127.0.0.1:9464 (:9464 listens on every interface)"},
-	"APIURL": {"--api-url", EnvAPIURL, "api_url", "the gateway's API base URL, http(s)://host/v1"},
+	"APIURL":         {"--api-url", EnvAPIURL, "api_url", "the gateway's API base URL, http(s)://host/v1"},
+	"ShardListen":    {"--shard-listen", EnvShardListen, "shard_listen", "host:port, e.g. 0.0.0.0:7420"},
+	"ShardAdvertise": {"--shard-advertise", EnvShardAdvertise, "shard_advertise", "host:port other stages dial, e.g. 203.0.113.7:7420"},
 }
 
 // describe turns validation errors into one line each, naming the flag,
@@ -353,7 +454,7 @@ func describeJSON(b []byte, err error) string {
 		for _, st := range settings {
 			keys = append(keys, st.key)
 		}
-		keys = append(keys, "backend_key", "developer_role", "workflow", "image_models")
+		keys = append(keys, "backend_key", "developer_role", "workflow", "image_models", "shard", "shard_memory", "shard_uplink")
 		slices.Sort(keys)
 		return fmt.Sprintf("unknown key %s; the keys are %s", strings.TrimPrefix(err.Error(), "json: unknown field "), strings.Join(keys, ", "))
 	}
