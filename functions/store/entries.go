@@ -31,7 +31,8 @@ const (
 	// Allowance is the new allowance.
 	EntryAllowance EntryKind = "allowance"
 	// EntryEarning: a worker's share credited to the worker's account
-	// (Complete, or Judge for a passed canary).
+	// (Complete, one entry per share of a ring job, or Judge for a
+	// passed canary).
 	EntryEarning EntryKind = "earning"
 	// EntryPayout: earnings reserved for a USDC payout (AdjustPaidOut
 	// with delta > 0), or given back when it failed (delta < 0).
@@ -137,6 +138,17 @@ func RefundEntry(j Job, allowance int64, at time.Time) Entry {
 func EarningEntry(j Job, earning int64, at time.Time) Entry {
 	e := newEntry(j.WorkerAccount, EntryEarning, j.ID, at)
 	e.Credits, e.JobID = earning, j.ID
+	return e
+}
+
+// RingShareEntry is the entry of Complete crediting share i of a ring
+// job's earning (Completion.Shares) to the share's account, at the
+// completion's time. Its ID names the share's index and identity: an
+// account may hold several of one job's shares, each credited once, and a
+// retried Complete names the same entries.
+func RingShareEntry(j Job, i int, sh Share, at time.Time) Entry {
+	e := newEntry(sh.Account, EntryEarning, fmt.Sprintf("%s#%02d#%s", j.ID, i, sh.Pubkey), at)
+	e.Credits, e.JobID = sh.Amount, j.ID
 	return e
 }
 

@@ -474,6 +474,90 @@ type Completion struct {
 	// gateway; it is stored with the completion, in the same write. Nil
 	// stores none.
 	Receipt *Receipt
+	// Shares, when set, split Earning between the accounts of the ring
+	// of workers that served the job (a sharded model's stages): each
+	// account is credited its shares, in the same write, and
+	// Job.WorkerAccount (the ring's coordinator) only what a share names
+	// it for. CheckShares says which splits are accepted. Empty credits
+	// Earning to Job.WorkerAccount.
+	Shares []Share
+}
+
+// MaxShares is the most Shares one Completion may carry: a ring of up to
+// 32 stages. On DynamoDB a completion is one transaction, of at most 100
+// items: the job, the coordinator identity's reputation, the receipt, the
+// worker and the two completion counters (6), and for shares one ledger
+// entry each and one earnings shard per account (at most 64), so 70 at
+// most.
+const MaxShares = 32
+
+// maxShareField is the longest Share.Account or Share.Pubkey accepted: an
+// account id or a base58 ed25519 key is 44 characters at most, and both
+// end up in keys of the store.
+const maxShareField = 128
+
+// Share is one stage's part of a ring job's earning, in credits: the
+// gateway checks every stage's signed receipt (functions/shard.Verify),
+// splits the earning by the work each did, and Complete credits each part
+// to its stage's account.
+type Share struct {
+	// Account is the stage's worker account, credited Amount.
+	Account string `json:"account"`
+	// Pubkey is the stage's worker identity, base58. It names the share's
+	// ledger entry, so the account's operator sees which of its workers
+	// earned it.
+	Pubkey string `json:"pubkey"`
+	Amount int64  `json:"amount"`
+}
+
+// CheckShares reports whether c's Shares may be credited: at most
+// MaxShares, each naming an account and an identity, none negative, and
+// adding up to Earning exactly (so a split neither mints nor keeps a
+// credit). No shares is valid: Earning goes to the job's worker account.
+func (c Completion) CheckShares() error {
+	if len(c.Shares) == 0 {
+		return nil
+	}
+	if len(c.Shares) > MaxShares {
+		return fmt.Errorf("%d shares, at most %d: a ring of more stages cannot be paid in one completion", len(c.Shares), MaxShares)
+	}
+	var sum int64
+	for i, sh := range c.Shares {
+		switch {
+		case sh.Account == "":
+			return fmt.Errorf("share %d (identity %q) names no account: give the stage's worker account", i, sh.Pubkey)
+		case sh.Pubkey == "":
+			return fmt.Errorf("share %d (account %s) names no identity: give the stage's worker pubkey", i, sh.Account)
+		case len(sh.Account) > maxShareField || len(sh.Pubkey) > maxShareField:
+			return fmt.Errorf("share %d: account or identity longer than %d bytes", i, maxShareField)
+		case sh.Amount < 0:
+			return fmt.Errorf("share %d (account %s) is negative: %d credits", i, sh.Account, sh.Amount)
+		case sh.Amount > c.Earning-sum: // sum ≤ Earning so far: no overflow
+			return fmt.Errorf("shares add up to more than the earning %d by share %d: split the earning exactly", c.Earning, i)
+		}
+		sum += sh.Amount
+	}
+	if sum != c.Earning {
+		return fmt.Errorf("shares add up to %d, the earning is %d: split the earning exactly", sum, c.Earning)
+	}
+	return nil
+}
+
+// IdentityEarning is what c pays the worker identity pubkey of account:
+// all of Earning without shares, else the shares naming both. A ring's
+// coordinator is counted in its reputation for its own part only, so an
+// identity's earnings never show credits that went to other accounts.
+func (c Completion) IdentityEarning(account, pubkey string) int64 {
+	if len(c.Shares) == 0 {
+		return c.Earning
+	}
+	var e int64
+	for _, sh := range c.Shares {
+		if sh.Account == account && sh.Pubkey == pubkey {
+			e += sh.Amount
+		}
+	}
+	return e
 }
 
 // Receipt is a worker's signed receipt of a completed job, as the worker

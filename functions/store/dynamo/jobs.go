@@ -492,7 +492,10 @@ func (s *Store) Requeue(ctx context.Context, jobID, worker string, at time.Time)
 }
 
 // Complete implements store.Store: the job's end, the worker's earning and
-// its ledger entry, freeing the worker and the counters, in one transaction.
+// its ledger entry (or each share of a ring's earning and its entry),
+// freeing the worker and the counters, in one transaction. A ring's
+// completion first reads that the accounts it credits exist (see
+// sharesExist): the only read its hot path adds.
 func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	fail := func(err error) error {
 		return fmt.Errorf("dynamo: complete job %s on %s: %w", c.JobID, c.Worker, err)
@@ -503,11 +506,14 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if c.Receipt != nil && c.Receipt.JobID != c.JobID {
 		return fail(fmt.Errorf("receipt of job %q", c.Receipt.JobID))
 	}
+	if err := c.CheckShares(); err != nil {
+		return fail(err)
+	}
 	job, err := s.knownJob(ctx, c.JobID)
 	if err != nil {
 		return fail(err)
 	}
-	freeWorker := true
+	freeWorker, sharesChecked := true, len(c.Shares) == 0
 	for try := 0; ; try++ {
 		if job.State != store.JobAssigned || job.Worker != c.Worker {
 			if try == 0 {
@@ -526,22 +532,24 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			// An earning is a share of what was paid: more would mint credits.
 			return fail(fmt.Errorf("earning %d exceeds the job's price %d", c.Earning, job.Price))
 		}
+		if !sharesChecked {
+			if err := s.sharesExist(ctx, c.Shares); err != nil {
+				return fail(err)
+			}
+			sharesChecked = true
+		}
 		items := []types.TransactWriteItem{{Update: &types.Update{TableName: s.tableName(), Key: jobKey(c.JobID).av(),
 			UpdateExpression:                    aws.String("SET #state = :done, #updated = :at, #prompt_tokens = :p, #completion_tokens = :c"),
 			ConditionExpression:                 aws.String("#state = :assigned AND #worker = :w AND #worker_account = :wa"),
 			ExpressionAttributeNames:            names(aState, aUpdated, aPrompt, aComplete, aWorker, aWorkerAcc),
 			ExpressionAttributeValues:           values{":done": str(string(store.JobDone)), ":assigned": str(string(store.JobAssigned)), ":at": num(nanos(c.At)), ":p": num(c.PromptTokens), ":c": num(c.CompletionTokens), ":w": str(c.Worker), ":wa": str(job.WorkerAccount)},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}}
-		if c.Earning > 0 {
-			// The account exists, as Assign took it from the worker's
-			// record.
-			items = append(items, s.earnItem(job.WorkerAccount, c.JobID, c.Earning))
-		}
-		items = s.withEntry(items, store.EarningEntry(job, c.Earning, c.At))
+		items = s.withEarnings(items, job, c)
 		countAt := -1
 		if !job.Canary && job.WorkerPubkey != "" {
 			countAt = len(items)
-			items = append(items, s.countJobItem(job, c))
+			// The coordinator of a ring counts its own part only.
+			items = append(items, s.countJobItem(job, c, c.IdentityEarning(job.WorkerAccount, job.WorkerPubkey)))
 		}
 		if c.Receipt != nil {
 			// A plain put: the job's condition lets exactly one Complete
@@ -595,6 +603,90 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	}
 }
 
+// withEarnings appends to a completion's transaction the credit of c's
+// earning of job and its ledger entries: all of it to the job's worker
+// account, or each of c's Shares to its account. An account holding
+// several shares gets one update of its earnings shard with their sum (a
+// transaction touches an item once) and one entry per share.
+func (s *Store) withEarnings(items []types.TransactWriteItem, job store.Job, c store.Completion) []types.TransactWriteItem {
+	if len(c.Shares) == 0 {
+		if c.Earning > 0 {
+			// The account exists, as Assign took it from the worker's
+			// record.
+			items = append(items, s.earnItem(job.WorkerAccount, c.JobID, c.Earning))
+		}
+		return s.withEntry(items, store.EarningEntry(job, c.Earning, c.At))
+	}
+	for _, a := range shareAccounts(c.Shares) {
+		items = append(items, s.earnItem(a.account, c.JobID, a.amount))
+	}
+	for i, sh := range c.Shares {
+		items = s.withEntry(items, store.RingShareEntry(job, i, sh, c.At))
+	}
+	return items
+}
+
+// accountShare is what one account is credited of a ring's earning.
+type accountShare struct {
+	account string
+	amount  int64
+}
+
+// shareAccounts sums shares by account, in the order accounts first
+// appear, leaving out those credited nothing.
+func shareAccounts(shares []store.Share) []accountShare {
+	var out []accountShare
+	at := map[string]int{}
+	for _, sh := range shares {
+		if sh.Amount == 0 {
+			continue
+		}
+		i, ok := at[sh.Account]
+		if !ok {
+			i, at[sh.Account] = len(out), len(out)
+			out = append(out, accountShare{account: sh.Account})
+		}
+		out[i].amount += sh.Amount
+	}
+	return out
+}
+
+// sharesExist reads that every account a ring's shares credit exists (one
+// consistent BatchGetItem; MaxShares is below its 100 keys). The write
+// that follows cannot condition on it within the transaction's 100 items
+// (a condition check per account would take 32 more), and need not:
+// accounts are never deleted, so one that exists now still does when the
+// transaction runs. Without the check, an earnings shard of no account
+// would make the keeper's OwedEarnings fail on it.
+func (s *Store) sharesExist(ctx context.Context, shares []store.Share) error {
+	accounts := shareAccounts(shares)
+	if len(accounts) == 0 {
+		return nil
+	}
+	keys := make([]map[string]types.AttributeValue, len(accounts))
+	for i, a := range accounts {
+		keys[i] = accountKey(a.account).av()
+	}
+	found := map[string]bool{}
+	err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		var k key
+		if err := unmarshal(item, &k); err != nil {
+			return err
+		}
+		found[strings.TrimPrefix(k.PK, pAccount)] = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the shares' accounts: %w", err)
+	}
+	for _, a := range accounts {
+		if !found[a.account] {
+			return fmt.Errorf("share account %s: %w", a.account, store.ErrNotFound)
+		}
+	}
+	return nil
+}
+
 // earnItem credits an earning to an earnings shard of the account, not
 // the account item: one operator's GPUs complete jobs concurrently, and
 // one item would make their transactions conflict. The shard, chosen by
@@ -614,10 +706,11 @@ func (s *Store) earnItem(account, jobID string, earning int64) types.TransactWri
 // exists from the worker's connect; if it does not (a job assigned before
 // reputations were kept), the update creates it, active. Its condition is
 // the identity's standing: a quarantined or banned identity's work is not
-// counted or paid (the job's condition lets one Complete through).
-func (s *Store) countJobItem(job store.Job, c store.Completion) types.TransactWriteItem {
+// counted or paid (the job's condition lets one Complete through). earned
+// is what the identity earned of the job (Completion.IdentityEarning).
+func (s *Store) countJobItem(job store.Job, c store.Completion, earned int64) types.TransactWriteItem {
 	n := names(aJobsDone, aRepEarned, aStanding)
-	v := values{":one": num(1), ":e": num(c.Earning), ":active": str(string(store.StandingActive))}
+	v := values{":one": num(1), ":e": num(earned), ":active": str(string(store.StandingActive))}
 	set := nameIdentity(job.WorkerAccount, job.WorkerPubkey, n, v) + ", #standing = if_not_exists(#standing, :active)"
 	if c.MilliTokPerSec > 0 {
 		set += ", #milli_tok_per_sec = :speed"

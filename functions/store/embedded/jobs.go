@@ -351,6 +351,9 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	if c.Receipt != nil && c.Receipt.JobID != c.JobID {
 		return fmt.Errorf("embedded: complete job %s: receipt of job %q", c.JobID, c.Receipt.JobID)
 	}
+	if err := c.CheckShares(); err != nil {
+		return fmt.Errorf("embedded: complete job %s: %w", c.JobID, err)
+	}
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		job, err := loadJob(tx, c.JobID)
 		if err != nil {
@@ -365,13 +368,16 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 			// An earning is a share of what was paid: more would mint credits.
 			return fmt.Errorf("earning %d exceeds the job's price %d", c.Earning, job.Price)
 		}
-		if err := creditEarning(tx, store.EarningEntry(job, c.Earning, c.At)); err != nil {
+		if err := creditEarnings(tx, job, c); err != nil {
 			return err
 		}
 		if err := freeWorker(tx, c.Worker, c.JobID, c.MilliTokPerSec); err != nil {
 			return err
 		}
-		if err := countJob(tx, job, c); err != nil {
+		// The coordinator of a ring counts its own part only.
+		own := c
+		own.Earning = c.IdentityEarning(job.WorkerAccount, job.WorkerPubkey)
+		if err := countJob(tx, job, own); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bAssigned).Delete([]byte(job.ID)); err != nil {
@@ -398,6 +404,22 @@ func (s *Store) Complete(ctx context.Context, c store.Completion) error {
 	})
 	if err != nil {
 		return fmt.Errorf("embedded: complete job %s on %s: %w", c.JobID, c.Worker, err)
+	}
+	return nil
+}
+
+// creditEarnings credits c's earning of job: all to the job's worker
+// account, or each of c's Shares to its account, with an entry each. An
+// account that does not exist fails the transaction, so nothing is
+// credited.
+func creditEarnings(tx *bolt.Tx, job store.Job, c store.Completion) error {
+	if len(c.Shares) == 0 {
+		return creditEarning(tx, store.EarningEntry(job, c.Earning, c.At))
+	}
+	for i, sh := range c.Shares {
+		if err := creditEarning(tx, store.RingShareEntry(job, i, sh, c.At)); err != nil {
+			return fmt.Errorf("share %d: %w", i, err)
+		}
 	}
 	return nil
 }

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Assign", assignTests},
 		{"Requeue", requeueTests},
 		{"Complete", completeTests},
+		{"Ring", ringTests},
 		{"Fail", failTests},
 		{"Worker", workerTests},
 		{"Listener", listenerTests},
