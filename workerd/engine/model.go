@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
@@ -50,12 +52,19 @@ type layer struct {
 	gate, up, down    Matrix
 }
 
-// Model is a loaded model: read-only after Load, safe for concurrent use
-// by any number of Stages.
+// Model is a loaded model, or the part of one a ring member holds: a
+// contiguous range of layers, plus the embedding when the range starts at
+// layer 0 and the head when it ends at the last layer. Read-only after
+// loading, safe for concurrent use by any number of Stages.
 type Model struct {
-	cfg       Config
-	file      *gguf.File
-	tokEmbd   Matrix
+	cfg Config
+	// first and last bound the layers held, [first, last); embed and head
+	// say whether the embedding and the head are held.
+	first, last int
+	embed, head bool
+	tokEmbd     Matrix
+	// layers has one entry per layer of the whole model, so Forward
+	// indexes it by layer number; entries outside [first, last) are zero.
 	layers    []layer
 	outNorm   []float32
 	out       Matrix
@@ -68,27 +77,88 @@ type Model struct {
 // ErrUnsupported is wrapped by errors about models the engine cannot run.
 var ErrUnsupported = errors.New("engine: unsupported model")
 
+// ErrNotHeld is wrapped by errors about using what a partial Model does
+// not hold: the embedding, the head, or layers outside its range.
+var ErrNotHeld = errors.New("engine: not held by this part of the model")
+
 // Load builds a Model over f's tensors (which stay in f's mapping: keep f
 // open while the Model is used). workers is the number of goroutines a
 // matrix product uses; 0 means GOMAXPROCS.
 func Load(f *gguf.File, workers int) (*Model, error) {
+	if f == nil {
+		return nil, errors.New("engine: load: no file")
+	}
 	cfg, err := readConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	return LoadParts([]*gguf.File{f}, 0, cfg.Layers, workers)
+}
+
+// LoadParts builds a Model holding layers [first, last) from files that
+// together carry them, as a ring member's blobs do: the shape comes from
+// the first file with general.architecture (every file that names an
+// architecture must describe the same shape), and each tensor is looked up
+// in every file (a tensor in more than one must be the same bytes). The
+// Model holds the embedding iff first is 0 and the head iff last is the
+// model's layer count; Config().Layers is the whole model's count either
+// way. Tensors stay in the files' mappings: keep the files open while the
+// Model is used.
+func LoadParts(files []*gguf.File, first, last, workers int) (*Model, error) {
+	if len(files) == 0 {
+		return nil, errors.New("engine: load: no files")
+	}
+	var cfgFile *gguf.File
+	for i, f := range files {
+		if f == nil {
+			return nil, fmt.Errorf("engine: load: file %d is nil", i)
+		}
+		if cfgFile == nil && f.Architecture() != "" {
+			cfgFile = f
+		}
+	}
+	if cfgFile == nil {
+		return nil, fmt.Errorf("%w: none of the %d files sets general.architecture", ErrUnsupported, len(files))
+	}
+	cfg, err := readConfig(cfgFile)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range files {
+		if f == cfgFile || f.Architecture() == "" {
+			continue
+		}
+		other, err := readConfig(f)
+		if err != nil {
+			return nil, fmt.Errorf("file %d: %w", i, err)
+		}
+		if other != cfg {
+			return nil, fmt.Errorf("%w: file %d describes another model (%+v) than the first (%+v)", ErrUnsupported, i, other, cfg)
+		}
+	}
+	if first < 0 || last > cfg.Layers || first >= last {
+		return nil, fmt.Errorf("engine: load: layer range [%d, %d) outside the model's %d layers", first, last, cfg.Layers)
+	}
+	ts, err := index(files)
 	if err != nil {
 		return nil, err
 	}
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	m := &Model{cfg: cfg, file: f, workers: workers}
+	m := &Model{cfg: cfg, first: first, last: last, embed: first == 0, head: last == cfg.Layers, workers: workers,
+		layers: make([]layer, cfg.Layers)}
 	m.ropeScale = float32(math.Pow(float64(cfg.RopeBase), float64(float32(-2.0)/float32(cfg.RopeDim))))
 	kv := cfg.KVHeads * cfg.HeadDim
-	if m.tokEmbd, err = m.matrix("token_embd.weight", cfg.Embd, 0); err != nil {
-		return nil, err
+	if m.embed {
+		if m.tokEmbd, err = ts.matrix("token_embd.weight", cfg.Embd, 0); err != nil {
+			return nil, err
+		}
+		m.cfg.Vocab = m.tokEmbd.Rows
 	}
-	m.cfg.Vocab = m.tokEmbd.Rows
-	for l := 0; l < cfg.Layers; l++ {
+	for l := first; l < last; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
-		var ly layer
+		ly := &m.layers[l]
 		for _, t := range []struct {
 			dst        *Matrix
 			name       string
@@ -102,42 +172,116 @@ func Load(f *gguf.File, workers int) (*Model, error) {
 			{&ly.up, "ffn_up.weight", cfg.Embd, cfg.FF},
 			{&ly.down, "ffn_down.weight", cfg.FF, cfg.Embd},
 		} {
-			if *t.dst, err = m.matrix(p+t.name, t.cols, t.rows); err != nil {
+			if *t.dst, err = ts.matrix(p+t.name, t.cols, t.rows); err != nil {
 				return nil, err
 			}
 		}
-		if ly.attnNorm, err = m.vector(p+"attn_norm.weight", cfg.Embd, true); err != nil {
+		if ly.attnNorm, err = ts.vector(p+"attn_norm.weight", cfg.Embd, true); err != nil {
 			return nil, err
 		}
-		if ly.ffnNorm, err = m.vector(p+"ffn_norm.weight", cfg.Embd, true); err != nil {
+		if ly.ffnNorm, err = ts.vector(p+"ffn_norm.weight", cfg.Embd, true); err != nil {
 			return nil, err
 		}
 		required := cfg.Arch == "qwen2"
-		if ly.bq, err = m.vector(p+"attn_q.bias", cfg.Heads*cfg.HeadDim, required); err != nil {
+		if ly.bq, err = ts.vector(p+"attn_q.bias", cfg.Heads*cfg.HeadDim, required); err != nil {
 			return nil, err
 		}
-		if ly.bk, err = m.vector(p+"attn_k.bias", kv, required); err != nil {
+		if ly.bk, err = ts.vector(p+"attn_k.bias", kv, required); err != nil {
 			return nil, err
 		}
-		if ly.bv, err = m.vector(p+"attn_v.bias", kv, required); err != nil {
+		if ly.bv, err = ts.vector(p+"attn_v.bias", kv, required); err != nil {
 			return nil, err
 		}
-		m.layers = append(m.layers, ly)
 	}
-	if m.outNorm, err = m.vector("output_norm.weight", cfg.Embd, true); err != nil {
-		return nil, err
-	}
-	if _, ok := f.Tensor("output.weight"); ok {
-		if m.out, err = m.matrix("output.weight", cfg.Embd, m.cfg.Vocab); err != nil {
+	if m.head {
+		if m.outNorm, err = ts.vector("output_norm.weight", cfg.Embd, true); err != nil {
 			return nil, err
 		}
-	} else {
-		m.out = m.tokEmbd // tied embeddings
+		rows := m.tokEmbd.Rows // 0 (any) when the embedding is not held
+		if _, ok := ts["output.weight"]; ok {
+			if m.out, err = ts.matrix("output.weight", cfg.Embd, rows); err != nil {
+				return nil, err
+			}
+		} else if m.embed {
+			m.out = m.tokEmbd // tied embeddings
+		} else if m.out, err = ts.matrix("token_embd.weight", cfg.Embd, 0); err != nil { // tied, carried for the head
+			return nil, fmt.Errorf("%w (the head of a model without output.weight is token_embd.weight)", err)
+		}
+		m.cfg.Vocab = m.out.Rows
 	}
-	if m.ropeFreqs, err = m.vector("rope_freqs.weight", cfg.RopeDim/2, false); err != nil {
+	if !m.embed && !m.head {
+		// A middle part computes nothing per vocabulary entry; report the
+		// file's count when it gives one.
+		if v, ok := cfgFile.ArchUint("vocab_size"); ok && v <= 1<<31 {
+			m.cfg.Vocab = int(v)
+		}
+	}
+	if m.ropeFreqs, err = ts.vector("rope_freqs.weight", cfg.RopeDim/2, false); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// Holds says which part of the model m holds: layers [first, last), and
+// whether it has the embedding (Embed) and the head (Head). A Model from
+// Load holds everything.
+func (m *Model) Holds() (first, last int, embed, head bool) {
+	return m.first, m.last, m.embed, m.head
+}
+
+// needEmbed, needHead and needLayers refuse, with what is held, calls a
+// part cannot serve.
+func (m *Model) needEmbed() error {
+	if !m.embed {
+		return fmt.Errorf("%w: embedding: this part holds layers [%d, %d) of %d; only the part holding layer 0 embeds tokens", ErrNotHeld, m.first, m.last, m.cfg.Layers)
+	}
+	return nil
+}
+
+func (m *Model) needHead() error {
+	if !m.head {
+		return fmt.Errorf("%w: head: this part holds layers [%d, %d) of %d; only the part holding the last layer computes logits", ErrNotHeld, m.first, m.last, m.cfg.Layers)
+	}
+	return nil
+}
+
+func (m *Model) needLayers(first, last int) error {
+	if first < 0 || last > m.cfg.Layers || first >= last {
+		return fmt.Errorf("engine: layer range [%d, %d) outside the model's %d layers", first, last, m.cfg.Layers)
+	}
+	if first < m.first || last > m.last {
+		return fmt.Errorf("%w: layers [%d, %d): this part holds [%d, %d)", ErrNotHeld, first, last, m.first, m.last)
+	}
+	return nil
+}
+
+// tensorRef is where a tensor lives: its directory entry and its bytes.
+type tensorRef struct {
+	info gguf.TensorInfo
+	data []byte
+}
+
+// tensors is every tensor of a set of files, by name.
+type tensors map[string]tensorRef
+
+// index collects the files' tensors; a name in several files must carry
+// the same type, shape and bytes in each (a tied embedding travels with
+// both the embedding and the head).
+func index(files []*gguf.File) (tensors, error) {
+	ts := make(tensors)
+	for i, f := range files {
+		for _, t := range f.Tensors {
+			r := tensorRef{info: t, data: f.Bytes(t)}
+			if prev, dup := ts[t.Name]; dup {
+				if prev.info.Type != t.Type || !slices.Equal(prev.info.Dims, t.Dims) || !bytes.Equal(prev.data, r.data) {
+					return nil, fmt.Errorf("%w: tensor %s differs between the files that carry it (file %d)", ErrUnsupported, t.Name, i)
+				}
+				continue
+			}
+			ts[t.Name] = r
+		}
+	}
+	return ts, nil
 }
 
 func readConfig(f *gguf.File) (Config, error) {
@@ -202,29 +346,31 @@ func readConfig(f *gguf.File) (Config, error) {
 
 // matrix looks up a 2-D weight with rows of cols elements; rows 0 means
 // any number.
-func (m *Model) matrix(name string, cols, rows int) (Matrix, error) {
-	t, ok := m.file.Tensor(name)
+func (ts tensors) matrix(name string, cols, rows int) (Matrix, error) {
+	r, ok := ts[name]
 	if !ok {
 		return Matrix{}, fmt.Errorf("%w: tensor %s missing", ErrUnsupported, name)
 	}
+	t := r.info
 	if len(t.Dims) != 2 || t.Dims[0] != uint64(cols) || (rows != 0 && t.Dims[1] != uint64(rows)) {
 		return Matrix{}, fmt.Errorf("%w: tensor %s has shape %v, want [%d %d]", ErrUnsupported, name, t.Dims, cols, rows)
 	}
 	if err := quant.CheckRow(t.Type, cols); err != nil {
 		return Matrix{}, fmt.Errorf("%w: tensor %s: %w", ErrUnsupported, name, err)
 	}
-	return Matrix{Type: t.Type, Rows: int(t.Dims[1]), Cols: cols, RowBytes: t.Type.RowBytes(cols), Data: m.file.Bytes(t)}, nil
+	return Matrix{Type: t.Type, Rows: int(t.Dims[1]), Cols: cols, RowBytes: t.Type.RowBytes(cols), Data: r.data}, nil
 }
 
 // vector decodes a 1-D tensor of n elements to float32.
-func (m *Model) vector(name string, n int, required bool) ([]float32, error) {
-	t, ok := m.file.Tensor(name)
+func (ts tensors) vector(name string, n int, required bool) ([]float32, error) {
+	r, ok := ts[name]
 	if !ok {
 		if required {
 			return nil, fmt.Errorf("%w: tensor %s missing", ErrUnsupported, name)
 		}
 		return nil, nil
 	}
+	t := r.info
 	if t.Elements() != uint64(n) {
 		return nil, fmt.Errorf("%w: tensor %s has %d elements, want %d", ErrUnsupported, name, t.Elements(), n)
 	}
@@ -232,7 +378,7 @@ func (m *Model) vector(name string, n int, required bool) ([]float32, error) {
 		return nil, fmt.Errorf("%w: tensor %s: %w", ErrUnsupported, name, err)
 	}
 	v := make([]float32, n)
-	quant.DequantRow(t.Type, m.file.Bytes(t), v)
+	quant.DequantRow(t.Type, r.data, v)
 	return v, nil
 }
 

@@ -23,6 +23,9 @@ func (h *Hidden) Row(i int) []float32 { return h.Data[i*h.Dim : (i+1)*h.Dim] }
 // Embed returns the token embeddings of tokens, for positions starting
 // at pos (the first stage's input).
 func (m *Model) Embed(tokens []int32, pos int) (*Hidden, error) {
+	if err := m.needEmbed(); err != nil {
+		return nil, err
+	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("engine: embed: no tokens")
 	}
@@ -51,6 +54,9 @@ func (l *Logits) Row(i int) []float32 { return l.Data[i*l.Vocab : (i+1)*l.Vocab]
 
 // Head applies the final norm and the output matrix (the last stage).
 func (m *Model) Head(h *Hidden) (*Logits, error) {
+	if err := m.needHead(); err != nil {
+		return nil, err
+	}
 	if err := m.checkHidden(h); err != nil {
 		return nil, err
 	}
@@ -81,8 +87,8 @@ type Stage struct {
 
 // NewStage returns an empty stage for layers [first, last).
 func (m *Model) NewStage(first, last int) (*Stage, error) {
-	if first < 0 || last > m.cfg.Layers || first >= last {
-		return nil, fmt.Errorf("engine: layer range [%d, %d) outside the model's %d layers", first, last, m.cfg.Layers)
+	if err := m.needLayers(first, last); err != nil {
+		return nil, err
 	}
 	return &Stage{m: m, first: first, last: last, k: make([][]uint16, last-first), v: make([][]uint16, last-first)}, nil
 }

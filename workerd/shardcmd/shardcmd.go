@@ -5,12 +5,14 @@
 //	workerd shard accept -in pool.json -plan plan.json -probes probes.json [-key worker-key.json]
 //	workerd shard verify -plan plan.json -job job.json -receipts receipts.json [-blocks blocks.json]
 //	workerd shard sign   -kind capability|rtt|model|params|manifest|job|receipt -in record.json [-key worker-key.json]
+//	workerd shard publish -gguf model.gguf -out DIR [-name NAME] [-key worker-key.json]
 //
 // plan computes the ring for a pool (anyone can: the function is public and
 // deterministic); accept is a member's recompute, probe check and signature;
 // verify settles a job from its stage receipts; sign signs one record with
-// your key (it sets the signer field). JSON formats are documented
-// in functions/shard/README.md.
+// your key (it sets the signer field); publish splits a GGUF model into the
+// blobs ring members pull (workerd/shardblob) and signs its manifest and
+// model descriptor. JSON formats are documented in functions/shard/README.md.
 package shardcmd
 
 import (
@@ -32,7 +34,8 @@ import (
 
 // Exit codes.
 const (
-	// ExitOK: a plan was computed, an acceptance signed, a job verified.
+	// ExitOK: a plan was computed, an acceptance signed, a job verified,
+	// a model published.
 	ExitOK = 0
 	// ExitRejected: no ring is possible, the member refuses, or the job's
 	// receipts were rejected (the verdict says why).
@@ -47,6 +50,7 @@ const usage = `usage:
   workerd shard verify -plan plan.json -job job.json -receipts receipts.json [-blocks blocks.json]
                        [-slots-before N] [-slots-after N] [-skew D] [-max-duration D]
   workerd shard sign   -kind capability|rtt|model|params|manifest|job|receipt -in record.json [-key worker-key.json] [-out signed.json]
+  workerd shard publish -gguf model.gguf -out DIR [-name NAME] [-key worker-key.json]
 "-" reads standard input (for one file) or writes standard output.`
 
 // Env is what Main reads from outside its arguments.
@@ -96,6 +100,8 @@ func Main(args []string, env Env) int {
 		code, err = runVerify(args[1:], env)
 	case "sign":
 		code, err = runSign(args[1:], env)
+	case "publish":
+		code, err = runPublish(args[1:], env)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(env.Stdout, usage)
 		return ExitOK
