@@ -13,7 +13,7 @@
 //	workerd service install|uninstall|status [--dry-run]
 //	                                         run as a systemd user unit or launchd agent
 //	workerd earnings [--json]                what the account's workers earned, were paid, are owed
-//	workerd shard plan|accept|verify|sign    sharded-ring tools (functions/shard/README.md)
+//	workerd shard publish|plan|accept|verify|sign    sharded-ring tools (functions/shard/README.md)
 //	workerd version | --version
 //	workerd help | --help
 package main
@@ -90,7 +90,7 @@ commands:
   doctor   check the configuration, identity, relay, clock, token, backend and models, with fixes
   service  run workerd as a user service: install, uninstall, status (systemd or launchd)
   earnings what this account's workers earned, were paid and are owed (--json)
-  shard    sharded-ring tools: plan, accept, verify, sign (workerd shard --help)
+  shard    sharded-ring tools: publish, plan, accept, verify, sign (workerd shard --help)
   version  print the version (also --version)
   help     this text (also -h, --help)
 
