@@ -179,6 +179,8 @@ type Server struct {
 	statsCache statsCache
 	// suspects is called with a worker whose reply looked wrong.
 	suspects atomic.Pointer[func(conn string)]
+	// rings forms and settles the ring models' rings; nil if none.
+	rings Rings
 }
 
 // Config wires a Server. Every field but Now is required.
@@ -211,6 +213,9 @@ type Config struct {
 	// Metrics receives the API's metrics (see metrics.go); nil turns
 	// them off.
 	Metrics *metrics.Emitter
+	// Rings forms and settles the rings of ring models (rings.Former);
+	// nil when this gateway forms none.
+	Rings Rings
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -233,7 +238,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{store: cfg.Store, dispatch: cfg.Dispatcher, conns: cfg.Connections, relay: cfg.Relay,
 		catalog: cfg.Catalog, limits: cfg.Limits, log: cfg.Log, now: cfg.Now, tickets: cfg.Tickets, signIn: cfg.SignIn, deposits: cfg.Deposits, topUps: cfg.TopUps, stakers: cfg.Staking,
-		metrics: cfg.Metrics}
+		metrics: cfg.Metrics, rings: cfg.Rings}
 	s.gauges.Emitter = cfg.Metrics
 	if s.now == nil {
 		s.now = time.Now

@@ -255,6 +255,9 @@ type jobRun struct {
 	// next is a worker the job was already assigned to when its last
 	// worker failed it (moveNow).
 	next string
+	// ticket is the current attempt's job ticket (a ring job's nonce is
+	// made from it).
+	ticket string
 }
 
 // exclusions lists the workers the job may not be assigned to again.
@@ -410,9 +413,10 @@ func (j *jobRun) end(clientCtx context.Context, reason string, apiErr error) err
 func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error) {
 	s := j.s
 	deadline := j.job.Created.Add(s.limits.Job)
+	j.ticket = s.tickets.Issue(j.job.ID, j.worker, j.job.Listener)
 	msg, err := relaymsg.Encode(&relaymsg.Job{Job: j.job.ID, ReplyTo: j.job.Listener, Model: j.model.ID,
 		Request: *j.req, Deadline: deadline, BudgetMillis: max(deadline.Sub(s.now()).Milliseconds(), 0),
-		Ticket: s.tickets.Issue(j.job.ID, j.worker, j.job.Listener)})
+		Ticket: j.ticket, Ring: s.ringJob(j, j.ticket)})
 	if err != nil {
 		// The prompt cannot fit in one relay message: the user's input,
 		// but refused before any work, so refunded.
@@ -612,6 +616,9 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 		if errors.Is(err, store.ErrNotActive) {
 			return j.refuseWork(clientCtx)
 		}
+		if errors.Is(err, errRingRejected) {
+			return j.rejectRing(clientCtx)
+		}
 		j.rm.completed(usage)
 		return outcomeDone, true, j.out.finish(m.FinishReason, usage)
 	case *relaymsg.Fail:
@@ -738,7 +745,9 @@ const completeTries = 3
 // usage to report, the worker's claim bounded by what the gateway relayed,
 // and store.ErrNotActive when a verdict took the worker's identity out of
 // good standing while the job ran (its work is refused, and the job still
-// the caller's to settle); other store errors are logged.
+// the caller's to settle), or errRingRejected when a ring job's stage
+// receipts do not verify (nobody is paid; the caller ends the job); other
+// store errors are logged.
 func (j *jobRun) complete(m *relaymsg.Done) (oaiwire.Usage, error) {
 	s := j.s
 	now := s.now()
@@ -751,6 +760,15 @@ func (j *jobRun) complete(m *relaymsg.Done) (oaiwire.Usage, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		c.Earning = s.earningFor(ctx, j.job.Price, j.workerAccount, now)
 		cancel()
+	}
+	if j.model.Ring != nil {
+		// A ring's earning goes to its stages, once their receipts
+		// verify; nothing moves otherwise.
+		shares, err := j.settleRing(m, c.Earning)
+		if err != nil {
+			return usage, err
+		}
+		c.Shares = shares
 	}
 	// Decode speed: the deltas the gateway relayed after the first, over
 	// the time since the first chunk arrived, as the gateway saw it —

@@ -34,7 +34,7 @@ var errorCodes = map[string]bool{
 	"key_limit_exceeded": true, "limited_key": true, "model_not_found": true, "no_payout_wallet": true,
 	"no_reply": true, "no_worker_available": true, "not_finalized": true, "not_found": true,
 	"nothing_to_claim": true, "rate_limit_exceeded": true, "receipt_rejected": true, "reply_overflow": true,
-	"reply_rejected": true, "request_too_large": true, "timeout": true, "unknown_url": true,
+	"reply_rejected": true, "request_too_large": true, "ring_rejected": true, "timeout": true, "unknown_url": true,
 	"worker_error": true, "worker_lost": true,
 }
 

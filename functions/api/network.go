@@ -1,11 +1,24 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/rings"
 )
+
+// Rings forms and settles the rings of the catalogue's ring models
+// (rings.Former): /v1/models lists their state, a ring model's job carries
+// its serving plan, and its done is settled by verifying every stage's
+// receipt.
+type Rings interface {
+	Rings() []rings.State
+	JobRing(model, ticket string) (*relaymsg.RingJob, bool)
+	Settle(ctx context.Context, job rings.SettleJob) (rings.Settlement, error)
+}
 
 type pricingJSON struct {
 	// CreditsPerRequest is the flat price; USDPerRequest the same in
@@ -27,20 +40,51 @@ type modelJSON struct {
 	// this one and the memory it needs (catalog.Model).
 	Ollama    string `json:"ollama,omitempty"`
 	MemoryMiB int64  `json:"memory_mib,omitempty"`
+	// Ring is set for a ring model (served by a ring of workers, each
+	// holding a layer range): its serving ring's stages, 0 while none
+	// serves.
+	Ring *ringJSON `json:"ring,omitempty"`
+}
+
+type ringJSON struct {
+	Stages int `json:"stages"`
 }
 
 // modelCreated is a fixed creation time: the catalogue is configuration
 // and has no real one, and a changing value would defeat client caches.
 const modelCreated = 1767225600 // 2026-01-01T00:00:00Z
 
-func toModelJSON(m catalog.Model, online map[string]int64) modelJSON {
+// toModelJSON lists m; rings are the serving rings by model id. A ring
+// model is available only while its ring serves (its first stage is then
+// the one registered worker serving it).
+func toModelJSON(m catalog.Model, online map[string]int64, rings map[string]rings.State) modelJSON {
 	owner := m.OwnedBy
 	if owner == "" {
 		owner = "c0mpute"
 	}
-	return modelJSON{ID: m.ID, Object: "model", Created: modelCreated, OwnedBy: owner, Available: online[m.ID] > 0,
+	out := modelJSON{ID: m.ID, Object: "model", Created: modelCreated, OwnedBy: owner, Available: online[m.ID] > 0,
 		Pricing: pricingJSON{CreditsPerRequest: m.Price, USDPerRequest: usd(m.Price)}, Aliases: m.Aliases, Note: m.Note,
 		Ollama: m.Ollama, MemoryMiB: m.MemoryMiB}
+	if m.Ring != nil {
+		r := rings[m.ID]
+		out.Ring = &ringJSON{Stages: r.Stages}
+		out.Available = out.Available && r.Serving
+	}
+	return out
+}
+
+// servingRings are the serving rings by model id.
+func (s *Server) servingRings() map[string]rings.State {
+	if s.rings == nil {
+		return nil
+	}
+	out := map[string]rings.State{}
+	for _, r := range s.rings.Rings() {
+		if r.Serving {
+			out[r.Model] = r
+		}
+	}
+	return out
 }
 
 // online counts registered workers per model, from the store's counters
@@ -59,8 +103,9 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := listJSON[modelJSON]{Object: "list", Data: []modelJSON{}}
+	serving := s.servingRings()
 	for _, m := range s.catalog.Models() {
-		out.Data = append(out.Data, toModelJSON(m, online))
+		out.Data = append(out.Data, toModelJSON(m, online, serving))
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -75,7 +120,7 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, toModelJSON(m, online))
+	return writeJSON(w, http.StatusOK, toModelJSON(m, online, s.servingRings()))
 }
 
 type statsJSON struct {

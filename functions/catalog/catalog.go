@@ -42,6 +42,30 @@ type Model struct {
 	// MemoryMiB is the memory (GPU, or RAM on a CPU) the model needs at
 	// its default context, in MiB; setup offers it only where it fits.
 	MemoryMiB int64 `json:"memory_mib,omitempty" validate:"min=0,max=16777216"`
+	// Ring makes the model a ring model: too big for one contributor, it
+	// is served by a ring of workers each holding a layer range (SPEC
+	// "Sharding", functions/rings). A ring model is a chat model.
+	Ring *RingSpec `json:"ring,omitempty"`
+}
+
+// RingSpec is how a ring model is published and what rings of it the
+// gateway forms.
+type RingSpec struct {
+	// BlobURL is where the model's shards are published, as `workerd
+	// shard publish` writes them: BlobURL/manifest.json is the signed
+	// manifest, BlobURL/model.json the signed model descriptor, and each
+	// blob is BlobURL/<hex sha256>.
+	BlobURL string `json:"blob_url" validate:"required,http_url,max=1024"`
+	// MinStages and MaxStages bound the stages of a ring. At most 32:
+	// each stage is paid a share of a job, and one completion credits
+	// at most store.MaxShares of them.
+	MinStages int `json:"min_stages" validate:"min=1,max=32"`
+	MaxStages int `json:"max_stages" validate:"gtefield=MinStages,max=32"`
+	// Standbys is how many standby members each stage gets.
+	Standbys int `json:"standbys" validate:"min=0,max=8"`
+	// ContextTokens is the context length every stage reserves KV cache
+	// for, and the longest context a job of the model may need.
+	ContextTokens int64 `json:"context_tokens" validate:"min=1,max=16777216"`
 }
 
 // ImageSpec is what an image model renders.
@@ -153,6 +177,9 @@ func FromSource(source string) (*Catalog, error) {
 func (c *Catalog) Add(m Model) error {
 	if err := validate.Struct(m); err != nil {
 		return fmt.Errorf("catalog: model %q: %w", m.ID, err)
+	}
+	if m.Ring != nil && m.Image != nil {
+		return fmt.Errorf("catalog: model %q: a ring model is a chat model: drop \"image\" or \"ring\"", m.ID)
 	}
 	if m.Image != nil {
 		for _, size := range m.Image.Sizes {

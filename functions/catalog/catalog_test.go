@@ -128,3 +128,37 @@ func TestImageModels(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A ring model names where its shards are published and the rings the
+// gateway may form of it; every bound is checked at load, and a ring model
+// cannot be an image model.
+func TestRingModels(t *testing.T) {
+	c, err := Load(strings.NewReader(`[{"id":"big","price":30,"ring":{"blob_url":"https://blobs.example/big","min_stages":2,"max_stages":8,"standbys":1,"context_tokens":8192}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := c.Resolve("big")
+	if !ok || m.Ring == nil || *m.Ring != (RingSpec{BlobURL: "https://blobs.example/big", MinStages: 2, MaxStages: 8, Standbys: 1, ContextTokens: 8192}) {
+		t.Fatalf("ring model: %+v", m)
+	}
+	for _, tc := range []struct{ name, ring string }{
+		{"no blob url", `{"min_stages":1,"max_stages":2,"context_tokens":8}`},
+		{"blob url not http", `{"blob_url":"file:///srv/big","min_stages":1,"max_stages":2,"context_tokens":8}`},
+		{"blob url not a url", `{"blob_url":"big","min_stages":1,"max_stages":2,"context_tokens":8}`},
+		{"no min stages", `{"blob_url":"https://b.example/x","max_stages":2,"context_tokens":8}`},
+		{"max below min", `{"blob_url":"https://b.example/x","min_stages":3,"max_stages":2,"context_tokens":8}`},
+		{"more stages than a completion pays", `{"blob_url":"https://b.example/x","min_stages":1,"max_stages":33,"context_tokens":8}`},
+		{"negative standbys", `{"blob_url":"https://b.example/x","min_stages":1,"max_stages":2,"standbys":-1,"context_tokens":8}`},
+		{"too many standbys", `{"blob_url":"https://b.example/x","min_stages":1,"max_stages":2,"standbys":9,"context_tokens":8}`},
+		{"no context", `{"blob_url":"https://b.example/x","min_stages":1,"max_stages":2}`},
+		{"unknown field", `{"blob_url":"https://b.example/x","min_stages":1,"max_stages":2,"context_tokens":8,"verifiers":1}`},
+	} {
+		if _, err := Load(strings.NewReader(`[{"id":"big","price":30,"ring":` + tc.ring + `}]`)); err == nil {
+			t.Errorf("%s: loaded", tc.name)
+		}
+	}
+	_, err = Load(strings.NewReader(`[{"id":"big","price":30,"image":{"sizes":["512x512"]},"ring":{"blob_url":"https://b.example/x","min_stages":1,"max_stages":2,"context_tokens":8}}]`))
+	if err == nil || !strings.Contains(err.Error(), "a ring model is a chat model") {
+		t.Errorf("image ring model: %v", err)
+	}
+}

@@ -63,12 +63,32 @@ type Dispatcher interface {
 	Registered(w store.Worker)
 }
 
+// Rings forms the rings of the catalogue's ring models (rings.Former):
+// it is told of registrations and departures, and handles the members'
+// ring messages.
+type Rings interface {
+	// Offers are the ring models among models it forms rings of.
+	Offers(models []string) []relaymsg.RingOffer
+	// Register records w's ring models (after its registration) and
+	// returns their offers.
+	Register(ctx context.Context, w store.Worker, models []string) []relaymsg.RingOffer
+	// Message handles ring_announce, ring_rtt, ring_ready and ring_refuse
+	// and returns the reply, if any.
+	Message(ctx context.Context, conn string, m any) []byte
+	// Left says a connection is gone.
+	Left(ctx context.Context, conn string)
+}
+
 // Handler serves the relay routes.
 type Handler struct {
 	Store    Store
 	Post     Connections
 	Dispatch Dispatcher
 	Catalog  *catalog.Catalog
+	// Rings forms the rings of ring models; nil serves none: ring models
+	// in a registration are ignored, and ring messages are answered with
+	// an error.
+	Rings Rings
 	// ListenerSecret authenticates API listener connections.
 	ListenerSecret string
 	// BatchWindow is what workers are told to gather into one chunk.
@@ -194,6 +214,11 @@ func (h *Handler) connect(ctx context.Context, conn string, hs map[string]string
 
 func (h *Handler) disconnect(ctx context.Context, conn string) {
 	w, err := h.Store.DeleteWorker(ctx, conn)
+	if h.Rings != nil {
+		// After the record is gone: a ring it drove is voided and must
+		// not write the record back.
+		h.Rings.Left(ctx, conn)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		h.listeners.Delete(conn)
 		if err := h.Store.DeleteListener(ctx, conn); err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -297,6 +322,11 @@ func (h *Handler) message(ctx context.Context, conn string, body []byte) []byte 
 	case *relaymsg.Fail:
 		m.From = conn
 		return h.forward(ctx, conn, m.Job, m.To, m.Ticket, m)
+	case *relaymsg.RingAnnounce, *relaymsg.RingRTT, *relaymsg.RingReady, *relaymsg.RingRefuse:
+		if h.Rings == nil {
+			return errorReply("no_rings", "rings are not served by this gateway")
+		}
+		return h.Rings.Message(ctx, conn, m)
 	}
 	return errorReply("unexpected_message", fmt.Sprintf("%T is not sent to the relay", m))
 }
@@ -304,24 +334,57 @@ func (h *Handler) message(ctx context.Context, conn string, body []byte) []byte 
 // maxListed bounds the model ids a no_models refusal lists.
 const maxListed = 20
 
+// register registers the whole models of m as served. Ring models — those
+// it names, and every one the gateway forms rings of when it offers itself
+// as a ring member (m.Ring) — are accepted without being served (a ring's
+// first stage serves its model once the ring forms) and offered in
+// Registered.Ring.
 func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Register) []byte {
-	var models, ignored []string
+	var models, ringNames, ignored []string
 	for _, name := range m.Models {
 		model, ok := h.Catalog.Resolve(name)
-		if !ok {
+		switch {
+		case !ok || (model.Ring != nil && h.Rings == nil):
 			ignored = append(ignored, name)
-			continue
-		}
-		if !slices.Contains(models, model.ID) {
+		case model.Ring != nil:
+			ringNames = append(ringNames, name)
+		case !slices.Contains(models, model.ID):
 			models = append(models, model.ID)
 		}
 	}
-	if len(models) == 0 {
+	named := len(ringNames)
+	if m.Ring && h.Rings != nil {
+		for _, model := range h.Catalog.Models() {
+			if model.Ring != nil {
+				ringNames = append(ringNames, model.ID)
+			}
+		}
+	}
+	var ring []string
+	if h.Rings != nil {
+		offers := h.Rings.Offers(ringNames)
+		for i, name := range ringNames {
+			model, _ := h.Catalog.Resolve(name)
+			switch {
+			case slices.ContainsFunc(offers, func(o relaymsg.RingOffer) bool { return o.Model == model.ID }):
+				if !slices.Contains(ring, model.ID) {
+					ring = append(ring, model.ID)
+				}
+			case i < named:
+				ignored = append(ignored, name) // its published files did not load
+			}
+		}
+	}
+	if len(models) == 0 && len(ring) == 0 {
 		offered := h.Catalog.IDs()
 		if len(offered) > maxListed {
 			offered = append(offered[:maxListed], "…")
 		}
-		return errorReply("no_models", "this network serves "+strings.Join(offered, ", ")+" (and their aliases)")
+		msg := "this network serves " + strings.Join(offered, ", ") + " (and their aliases)"
+		if m.Ring {
+			msg += "; this gateway forms no ring a member could join"
+		}
+		return errorReply("no_models", msg)
 	}
 	w, err := h.Store.RegisterWorker(ctx, conn, models, h.caps(m))
 	switch {
@@ -334,7 +397,13 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 	case err != nil:
 		return errorReply("not_registered", "register: "+err.Error())
 	}
-	h.Log.Info("worker registered", "conn", conn, "pubkey", w.Pubkey, "models", models, "agent", m.Agent)
+	var offers []relaymsg.RingOffer
+	if h.Rings != nil {
+		// Also with none: a registration replaces the ring models of one
+		// before it.
+		offers = h.Rings.Register(ctx, w, ring)
+	}
+	h.Log.Info("worker registered", "conn", conn, "pubkey", w.Pubkey, "models", models, "ring", ring, "agent", m.Agent)
 	// A worker that registers takes the oldest waiting job at once, and
 	// is seen by this process's next request without waiting for its
 	// cached idle lists to expire.
@@ -343,7 +412,7 @@ func (h *Handler) register(ctx context.Context, conn string, m *relaymsg.Registe
 		h.Log.Error("dispatch on registration", "conn", conn, "err", err)
 	}
 	return encode(&relaymsg.Registered{Conn: conn, Models: models, Ignored: ignored,
-		BatchMillis: int(h.BatchWindow / time.Millisecond)})
+		BatchMillis: int(h.BatchWindow / time.Millisecond), Ring: offers})
 }
 
 // caps are a registration's capabilities by catalog model id, for the

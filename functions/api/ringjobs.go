@@ -1,0 +1,69 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/rings"
+	"github.com/c0mpute/c0mpute/functions/store"
+)
+
+// Jobs of ring models (SPEC "Sharding"): a ring's first stage takes the
+// model's jobs like any worker, and its done carries every stage's signed
+// receipt. The job's earning moves only after the rings package has
+// verified them (shard.Verify), and then to the stages' accounts by the
+// verdict's shares.
+
+// errRingRejected is a ring job whose stage receipts failed verification.
+var errRingRejected = errors.New("api: the ring's stage receipts were rejected")
+
+// errRingUnsettled ends a reply whose ring could not prove its work.
+var errRingUnsettled = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwire.TypeServer, Code: "ring_rejected",
+	Message: "The ring of workers that served this model could not prove its work (its stage receipts did not verify), so the reply was rejected. The request was not charged."}
+
+// ringJob is what a job message for a ring model carries: the plan the
+// model's ring serves now and the attempt's nonce. Nil for any other
+// model, or when no ring serves (the first stage then refuses the job and
+// it moves or fails by the usual rules).
+func (s *Server) ringJob(j *jobRun, ticket string) *relaymsg.RingJob {
+	if j.model.Ring == nil || s.rings == nil {
+		return nil
+	}
+	r, ok := s.rings.JobRing(j.model.ID, ticket)
+	if !ok {
+		return nil
+	}
+	return r
+}
+
+// settleRing verifies a ring job's stage receipts and returns the shares
+// its earning splits into (one per stage). It is errRingRejected when the
+// receipts do not verify, or when a ring model's done carries none.
+func (j *jobRun) settleRing(m *relaymsg.Done, earning int64) ([]store.Share, error) {
+	s := j.s
+	if m.Ring == nil || s.rings == nil {
+		s.log.Warn("ring job done without the ring's settlement", "job", j.job.ID, "worker", j.worker)
+		return nil, errRingRejected
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	st, err := s.rings.Settle(ctx, rings.SettleJob{ID: j.job.ID, Ticket: j.ticket, Model: j.model.ID,
+		Started: j.postedAt, Earning: earning, Done: m.Ring, Worker: j.worker})
+	if err != nil {
+		s.log.Warn("ring job not settled", "job", j.job.ID, "worker", j.worker, "err", err)
+		return nil, errRingRejected
+	}
+	return st.Shares, nil
+}
+
+// rejectRing ends a ring job whose stages could not prove their work:
+// nobody is paid, the job is refunded once, and the client gets an error
+// instead of the reply's end. The first stage is not judged for it: any
+// stage's bad receipt fails the ring (the rings package logs which).
+func (j *jobRun) rejectRing(clientCtx context.Context) (outcome, bool, error) {
+	j.s.log.Warn("ring job rejected", "job", j.job.ID, "worker", j.worker, "model", j.model.ID)
+	return outcomeFailed, true, j.end(clientCtx, "ring_rejected", errRingUnsettled)
+}
