@@ -13,6 +13,7 @@ package devnet
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +36,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/relayroutes"
+	"github.com/c0mpute/c0mpute/functions/rings"
 	"github.com/c0mpute/c0mpute/functions/siws"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/infra/relay"
@@ -85,6 +88,18 @@ type Config struct {
 	// APIConnections, when set, wraps what the API reaches relay
 	// connections with (tests: a management API that answers late).
 	APIConnections func(api.Connections) api.Connections
+	// RingKey is the gateway's ring coordinator key (it signs plan
+	// parameters and settled ring jobs); a fresh one when nil. The stack
+	// forms rings only when its catalogue has ring models.
+	RingKey ed25519.PrivateKey
+	// RingTimeouts tune ring formation (tests shorten them); zero fields
+	// take rings.Config's defaults.
+	RingTimeouts RingTimeouts
+}
+
+// RingTimeouts are rings.Config's formation timers.
+type RingTimeouts struct {
+	RTT, Ready, Debounce, Retry time.Duration
 }
 
 // ScriptedLimits are api.DefaultLimits for a network whose workers answer
@@ -198,6 +213,9 @@ type Stack struct {
 	Conns *connections.Client
 	// Canaries is the canary runner, when Config.Canaries asked for one.
 	Canaries *canary.Runner
+	// Rings forms and settles the rings of the catalogue's ring models;
+	// nil when it has none.
+	Rings *rings.Former
 
 	stopCanaries context.CancelFunc
 	stopSweep    context.CancelFunc
@@ -254,6 +272,26 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	secret := randomHex(32)
 	routes := &relayroutes.Handler{Store: cfg.Store, Post: s.Conns, Dispatch: disp, Catalog: cat,
 		ListenerSecret: secret, BatchWindow: cfg.BatchWindow, Log: log.With("component", "relay-function")}
+	if slices.ContainsFunc(cat.Models(), func(m catalog.Model) bool { return m.Ring != nil }) {
+		key := cfg.RingKey
+		if key == nil {
+			if _, key, err = ed25519.GenerateKey(rand.Reader); err != nil {
+				return nil, err
+			}
+		}
+		t := cfg.RingTimeouts
+		s.Rings, err = rings.New(rings.Config{Key: key, Catalog: cat, Post: s.Conns, Store: cfg.Store, Dispatch: disp,
+			Log: log.With("component", "rings"), RTTTimeout: t.RTT, ReadyTimeout: t.Ready, Debounce: t.Debounce, Retry: t.Retry})
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Rings.Load(ctx); err != nil {
+			// The models whose files could not be read are not offered;
+			// the others are.
+			log.Warn("ring models", "err", err)
+		}
+		routes.Rings = s.Rings
+	}
 	// The stack's credentials go after the caller's options, which cannot
 	// replace them: only s.Conns holds them.
 	opts := append([]relay.Option{relay.WithLogger(log.With("component", "relay"))}, cfg.RelayOptions...)
@@ -285,7 +323,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	a, err := api.New(api.Config{Store: cfg.Store, Dispatcher: disp, Connections: apiConns, Relay: s.listener,
 		Catalog: cat, Tickets: relaymsg.NewTicketer(secret), SignIn: signIn, CORSOrigins: cfg.CORSOrigins, Deposits: cfg.Deposits,
-		TopUps: cfg.TopUps, Staking: cfg.Staking, Limits: cfg.Limits, Log: log.With("component", "api")})
+		TopUps: cfg.TopUps, Staking: cfg.Staking, Limits: cfg.Limits, Log: log.With("component", "api"), Rings: ringsOf(s.Rings)})
 	if err != nil {
 		apiLn.Close()
 		return nil, err
@@ -310,6 +348,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		go s.Canaries.Run(ctx)
 	}
 	return s, nil
+}
+
+// ringsOf is the API's view of the former: a nil interface, not a typed
+// nil, when the stack forms no rings.
+func ringsOf(f *rings.Former) api.Rings {
+	if f == nil {
+		return nil
+	}
+	return f
 }
 
 // newCredentials makes the management API's credentials for one stack, in
@@ -353,6 +400,9 @@ func (s *Stack) Close() error {
 	}
 	if s.stopSweep != nil {
 		s.stopSweep()
+	}
+	if s.Rings != nil {
+		s.Rings.Close()
 	}
 	if s.apiSrv != nil {
 		errs = append(errs, s.apiSrv.Shutdown(ctx))
