@@ -1,22 +1,13 @@
 package shardcmd
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 	"github.com/c0mpute/c0mpute/workerd/identity"
 	"github.com/c0mpute/c0mpute/workerd/shardblob"
-)
-
-// Files publish writes next to the blobs.
-const (
-	manifestFile = "manifest.json"
-	modelFile    = "model.json"
 )
 
 // runPublish splits a GGUF model into ring blobs in -out, signs the
@@ -49,70 +40,11 @@ func runPublish(args []string, env Env) (int, error) {
 	if err != nil {
 		return ExitUsage, err
 	}
-	f, err := gguf.Open(*src)
+	pub, err := shardblob.Publish(*src, *out, *name, key)
 	if err != nil {
 		return ExitUsage, err
-	}
-	defer f.Close()
-	pub, err := shardblob.Split(f, *out, *name)
-	if err != nil {
-		return ExitUsage, err
-	}
-	pub.Sign(key)
-	if err := pub.Manifest.Check(); err != nil {
-		return ExitUsage, err
-	}
-	if err := pub.Model.Check(); err != nil {
-		return ExitUsage, err
-	}
-	for _, w := range []struct {
-		file string
-		v    any
-	}{{manifestFile, &pub.Manifest}, {modelFile, &pub.Model}} {
-		if err := writeAtomic(filepath.Join(*out, w.file), w.v); err != nil {
-			return ExitUsage, err
-		}
-	}
-	total := pub.Manifest.Embed.Size + pub.Manifest.Head.Size
-	for _, b := range pub.Manifest.Layers {
-		total += b.Size
 	}
 	fmt.Fprintf(env.Stdout, "published %s: %d layers, %d blobs, %d bytes, model %s\n",
-		pub.Manifest.Name, len(pub.Manifest.Layers), len(pub.Manifest.Layers)+2, total, pub.Model.Hash)
+		pub.Manifest.Name, len(pub.Manifest.Layers), len(pub.Manifest.Layers)+2, pub.Bytes(), pub.Model.Hash)
 	return ExitOK, nil
-}
-
-// writeAtomic writes v as indented JSON through a temporary file and a
-// rename, so a reader never sees half a record.
-func writeAtomic(path string, v any) (err error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
