@@ -118,6 +118,14 @@ func run() error {
 	default:
 		return fmt.Errorf("%s=%q: want local, or unset for no chain", envChain, v)
 	}
+	ring, err := publishRing(ctx, home, devPrice(cat), log)
+	if err != nil {
+		return err
+	}
+	if ring != nil {
+		defer ring.Close()
+		models = append(models, ring.model)
+	}
 	stack, err := devnet.Start(ctx, devnet.Config{Store: st, APIAddr: apiAddr, RelayAddr: relayAddr, ManagementAddr: mgmtAddr,
 		Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: log, Canaries: canaries, CORSOrigins: origins,
 		Deposits: deposits, TopUps: topUps})
@@ -141,6 +149,11 @@ func run() error {
 	}
 	envFile := filepath.Join(home, "dev.env")
 	lines := fmt.Sprintf("OPENAI_BASE_URL=%s\nOPENAI_API_KEY=%s\n", stack.APIURL, apiKey)
+	if ring != nil {
+		// Ring members are started by hand: they need the relay and a
+		// worker token of the dev account.
+		lines += fmt.Sprintf("%s=%s\n%s=%s\n", config.EnvRelayURL, stack.RelayURL, config.EnvToken, token)
+	}
 	if m := servedModel(ollamaModels, gguf); m != "" {
 		// A model this network serves right now, for examples to name.
 		lines += fmt.Sprintf("C0MPUTE_MODEL=%s\n", m)
@@ -186,6 +199,9 @@ func run() error {
 	}
 	if ollamaErr == nil {
 		fmt.Printf("Ollama at %s: offering %s\n\n", ollamaURL, strings.Join(shortNames(ollamaModels), ", "))
+	}
+	if ring != nil {
+		fmt.Print(ring.instructions(stack.RelayURL, envFile))
 	}
 	if gguf != "" {
 		workerArgs = append(workerArgs, []string{"--backend", builtin.Name, "--gguf", gguf})
