@@ -31,6 +31,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/backend"
 	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
@@ -42,6 +43,7 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/earningscmd"
 	"github.com/c0mpute/c0mpute/workerd/identity"
 	"github.com/c0mpute/c0mpute/workerd/metrics"
+	"github.com/c0mpute/c0mpute/workerd/ringmember"
 	"github.com/c0mpute/c0mpute/workerd/servicecmd"
 	"github.com/c0mpute/c0mpute/workerd/setup"
 	"github.com/c0mpute/c0mpute/workerd/shardcmd"
@@ -153,8 +155,19 @@ func run(args []string) error {
 		}
 		obs = m
 	}
-	a := agent.New(agent.Config{RelayURL: cfg.RelayURL, Token: cfg.Token, Key: key, Backend: be,
-		Models: cfg.Models, Log: log, Version: version, Observer: obs})
+	acfg := agent.Config{RelayURL: cfg.RelayURL, Token: cfg.Token, Key: key, Backend: be,
+		Models: cfg.Models, Log: log, Version: version, Observer: obs}
+	if cfg.Shard {
+		member, err := ringmember.NewMember(ringmember.MemberConfig{Key: key, Dir: filepath.Join(cfg.Home, "rings"),
+			Memory: cfg.ShardMemory, Listen: cfg.ShardListen, Advertise: cfg.ShardAdvertise, Uplink: cfg.ShardUplink, Log: log})
+		if err != nil {
+			return fmt.Errorf("ring member: %w", err)
+		}
+		defer member.Close()
+		log.Info("ring member: stage listener up", "listen", member.Addr(), "advertise", member.Advertise(), "memory", cfg.ShardMemory)
+		acfg.Ring = member
+	}
+	a := agent.New(acfg)
 	err = a.Run(ctx)
 	log.Info("workerd stopped")
 	return err
@@ -166,6 +179,10 @@ func newBackend(cfg config.Config, log *slog.Logger) (backend.Backend, func(), e
 	case "ollama":
 		return ollama.New(cfg.BackendURL), func() {}, nil
 	case builtin.Name:
+		if cfg.GGUF == "" {
+			// A ring member only (--shard): its layers are the ring's.
+			return ringOnly{}, func() {}, nil
+		}
 		b, err := builtin.New(cfg.GGUF, builtin.WithLogger(log))
 		if err != nil {
 			return nil, nil, err
@@ -195,6 +212,16 @@ func newBackend(cfg config.Config, log *slog.Logger) (backend.Backend, func(), e
 		}
 		return openaicompat.New(cfg.BackendURL, opts...), func() {}, nil
 	}
+}
+
+// ringOnly is the backend of a worker that serves ring stages and no
+// whole model (--backend builtin --shard without --gguf).
+type ringOnly struct{}
+
+func (ringOnly) Name() string                             { return builtin.Name }
+func (ringOnly) Models(context.Context) ([]string, error) { return nil, nil }
+func (ringOnly) Chat(context.Context, string, *oaiwire.ChatRequest, func(oaiwire.Delta) error) (backend.Result, error) {
+	return backend.Result{}, errors.New("workerd: this worker serves ring stages only, no whole model")
 }
 
 // initUsage is `workerd init --help`.
