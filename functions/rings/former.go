@@ -228,6 +228,9 @@ type State struct {
 	Stages int
 	// Serving says the ring takes jobs.
 	Serving bool
+	// Primaries are the identities of the stages' primaries, in stage
+	// order (the first is the driver); nil when there is no plan.
+	Primaries []shard.PublicKey
 }
 
 // New checks cfg and returns a Former with no ring model loaded: call Load.
@@ -481,6 +484,11 @@ func (rm *ringModel) publish() {
 	st := State{Model: rm.id, Candidates: len(rm.cands)}
 	if fm := rm.cur; fm != nil {
 		st.Plan, st.Stages, st.Serving = fm.hash, fm.plan.Stages, fm.serving
+		for s := range fm.plan.Stages {
+			if m, ok := fm.plan.Primary(s); ok {
+				st.Primaries = append(st.Primaries, m.Node)
+			}
+		}
 	}
 	rm.snap.Store(&st)
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -128,7 +129,8 @@ func TestFormsAndServes(t *testing.T) {
 	if len(fx.disp.registered) != 1 || fx.disp.registered[0].Conn != driver || !slices.Equal(fx.disp.dispatched, []string{ringModel}) {
 		t.Errorf("dispatch: registered %+v, dispatched %v", fx.disp.registered, fx.disp.dispatched)
 	}
-	if st := fx.state(); st != (rings.State{Model: ringModel, Candidates: 4, Plan: hash, Stages: 3, Serving: true}) {
+	if st := fx.state(); !reflect.DeepEqual(st, rings.State{Model: ringModel, Candidates: 4, Plan: hash, Stages: 3, Serving: true,
+		Primaries: primaries(assigns[conns[0]].Plan)}) {
 		t.Errorf("serving: %+v", st)
 	}
 	job, ok := fx.f.JobRing("big-alias", "ticket-1")
@@ -435,7 +437,7 @@ func TestHostileMessages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fx.t = t
 			fx.refused(tc.conn, tc.msg, tc.code, tc.want)
-			if st := fx.state(); st != before {
+			if st := fx.state(); !reflect.DeepEqual(st, before) {
 				t.Errorf("state changed: %+v, was %+v", st, before)
 			}
 		})
@@ -503,7 +505,7 @@ func TestHostileMessages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fx.t = t
 			fx.refused(tc.conn, tc.msg, tc.code, tc.want)
-			if st := fx.state(); st != before {
+			if st := fx.state(); !reflect.DeepEqual(st, before) {
 				t.Errorf("state changed: %+v, was %+v", st, before)
 			}
 		})
@@ -578,4 +580,14 @@ func TestLargestAssignmentFits(t *testing.T) {
 		break
 	}
 	t.Logf("%d layers: the assignment is %d bytes of the relay's %d", layers, largest, relaymsg.MaxMessage)
+}
+
+// primaries are a plan's stage primaries in stage order.
+func primaries(p shard.Plan) []shard.PublicKey {
+	var out []shard.PublicKey
+	for s := range p.Stages {
+		m, _ := p.Primary(s)
+		out = append(out, m.Node)
+	}
+	return out
 }
