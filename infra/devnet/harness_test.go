@@ -83,6 +83,8 @@ type envOptions struct {
 	topUps *api.TopUps
 	// staking serves the staking routes.
 	staking *api.Staking
+	// rings tunes ring formation (ring models in models).
+	rings devnet.RingTimeouts
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -101,7 +103,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0",
 		RelayAddr: "127.0.0.1:0", Models: models, Limits: limits, BatchWindow: devnet.DevBatchWindow, Log: testLog(t),
-		CORSOrigins: o.cors, Deposits: o.deposits, TopUps: o.topUps, Staking: o.staking,
+		CORSOrigins: o.cors, Deposits: o.deposits, TopUps: o.topUps, Staking: o.staking, RingTimeouts: o.rings,
 		// Tests count what a sweep credits: they sweep themselves.
 		ManualSweep: true})
 	if err != nil {

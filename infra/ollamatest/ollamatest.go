@@ -389,3 +389,44 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// GreedyChat asks the server directly (its own /api/chat, no gateway) for
+// a greedy reply of exactly n tokens, with the repetition penalty off (the
+// OpenAI API has none by default), and fails t otherwise.
+func (s *Server) GreedyChat(t testing.TB, model string, msgs []map[string]string, n int) string {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"model": model, "messages": msgs, "stream": false,
+		"options": map[string]any{"temperature": 0, "num_predict": n, "seed": 1, "repeat_penalty": 1, "repeat_last_n": 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/api/chat", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("ollama chat: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		t.Fatalf("ollama chat: %v", err)
+	}
+	var out struct {
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+		EvalCount int  `json:"eval_count"`
+		Done      bool `json:"done"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil || !out.Done {
+		t.Fatalf("ollama chat: %d %s", resp.StatusCode, raw)
+	}
+	if out.EvalCount != n {
+		t.Fatalf("ollama generated %d tokens, want %d: %s", out.EvalCount, n, raw)
+	}
+	return out.Message.Content
+}

@@ -80,10 +80,10 @@ type Config struct {
 	ShardMemory int64 `json:"shard_memory,omitempty" validate:"min=0"`
 	// ShardListen is the host:port the stage listener accepts other
 	// stages on.
-	ShardListen string `json:"shard_listen,omitempty" validate:"omitempty,hostname_port"`
+	ShardListen string `json:"shard_listen,omitempty" validate:"omitempty,hostname_port|tcp_addr"`
 	// ShardAdvertise is the host:port other stages dial (behind NAT or a
 	// proxy it differs from ShardListen); default ShardListen.
-	ShardAdvertise string `json:"shard_advertise,omitempty" validate:"omitempty,hostname_port"`
+	ShardAdvertise string `json:"shard_advertise,omitempty" validate:"omitempty,hostname_port|tcp_addr"`
 	// ShardUplink is the upload bandwidth in bits per second the
 	// capability record declares (a hint: the gateway places by measured
 	// round trips).

@@ -1,14 +1,11 @@
 package builtin_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,37 +145,6 @@ func writeModel(t testing.TB, name string, o testmodel.Options) *builtin.Backend
 	return be
 }
 
-// ollamaChat asks Ollama directly for a greedy reply of n tokens, with
-// its repetition penalty off (the OpenAI API has none by default).
-func ollamaChat(t *testing.T, url, model string, msgs []map[string]string, n int) string {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{"model": model, "messages": msgs, "stream": false,
-		"options": map[string]any{"temperature": 0, "num_predict": n, "seed": 1, "repeat_penalty": 1, "repeat_last_n": 0}})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/api/chat", bytes.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var out struct {
-		Message struct {
-			Content string `json:"content"`
-		} `json:"message"`
-		EvalCount int  `json:"eval_count"`
-		Done      bool `json:"done"`
-	}
-	if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || !out.Done {
-		t.Fatalf("ollama chat: %d %s", resp.StatusCode, raw)
-	}
-	if out.EvalCount != n {
-		t.Fatalf("ollama generated %d tokens, want %d: %s", out.EvalCount, n, raw)
-	}
-	return out.Message.Content
-}
-
 // TestAgainstOllama: greedy replies through the whole local network
 // (OpenAI SDK → gateway → relay → workerd with the builtin backend) equal
 // Ollama's on the same file, for 60 tokens, on prompts with non-ASCII
@@ -202,7 +168,7 @@ func TestAgainstOllama(t *testing.T) {
 					}
 					om = append(om, map[string]string{"role": role, "content": content})
 				}
-				want := ollamaChat(t, srv.URL(), model, om, n)
+				want := srv.GreedyChat(t, model, om, n)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				resp, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 					Model: model, Messages: msgs, Temperature: openai.Float(0), MaxTokens: openai.Int(n), Seed: openai.Int(1)})

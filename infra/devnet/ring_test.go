@@ -1,0 +1,363 @@
+package devnet_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/rings"
+	"github.com/c0mpute/c0mpute/functions/store"
+	"github.com/c0mpute/c0mpute/infra/devnet"
+	"github.com/c0mpute/c0mpute/infra/ollamatest"
+	"github.com/c0mpute/c0mpute/infra/testenv"
+	"github.com/c0mpute/c0mpute/infra/testmodel"
+	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
+	"github.com/c0mpute/c0mpute/workerd/config"
+	"github.com/c0mpute/c0mpute/workerd/identity"
+	"github.com/c0mpute/c0mpute/workerd/shardblob"
+)
+
+// ringTemplate renders chats as ollamatest.Template does (see
+// builtin's e2e tests), so the ring, the built-in engine and Ollama get
+// the same prompt from the same file.
+const ringTemplate = `{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}{%- endfor %}<|assistant|>`
+
+// ringTimeouts make formation quick on one machine.
+var ringTimeouts = devnet.RingTimeouts{Debounce: 50 * time.Millisecond, RTT: 20 * time.Second, Ready: time.Minute, Retry: time.Second}
+
+// publishRing writes a generated model, publishes it as a ring model of
+// exactly stages stages (signed manifest and blobs served over HTTP, as
+// `workerd shard publish` and a blob server would) and returns its
+// catalogue entry and the file.
+func publishRing(t *testing.T, id string, o testmodel.Options, stages int) (catalog.Model, string) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, id+".gguf")
+	if err := testmodel.WriteFile(path, o); err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := filepath.Join(dir, "blobs")
+	if _, err := shardblob.Publish(path, blobs, id, key); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(blobs)))
+	t.Cleanup(srv.Close)
+	return catalog.Model{ID: id, Price: 10, Ring: &catalog.RingSpec{BlobURL: srv.URL, MinStages: stages, MaxStages: stages,
+		ContextTokens: int64(o.Context)}}, path
+}
+
+// ringMember is a `workerd --backend builtin --shard` process.
+type ringMember struct {
+	*workerdProcess
+	account string
+}
+
+// startMember runs a ring member as its own process, configured as a
+// contributor configures it (environment variables), with a fresh
+// identity and a worker token of its own contributor account.
+func (e *env) startMember(t *testing.T, bin string, i int) *ringMember {
+	t.Helper()
+	ctx := context.Background()
+	account := fmt.Sprintf("%s-member-%d", e.account, i)
+	if err := e.store.CreateAccount(ctx, store.Account{ID: account, CreatedAt: time.Now()}); err != nil && !errors.Is(err, store.ErrExists) {
+		t.Fatal(err)
+	}
+	token, err := e.stack.IssueWorkerToken(ctx, account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	keyFile := filepath.Join(home, "worker-key.json")
+	key, err := identity.Create(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &workerdProcess{pubkey: identity.Address(key), log: &testenv.Buffer{}}
+	p.cmd = exec.Command(bin, "run")
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "C0MPUTE_") && !strings.HasPrefix(kv, "OLLAMA_") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	p.cmd.Env = append(env, "HOME="+home,
+		config.EnvHome+"="+home,
+		config.EnvRelayURL+"="+e.stack.RelayURL,
+		config.EnvToken+"="+token,
+		config.EnvKeyFile+"="+keyFile,
+		config.EnvBackend+"=builtin",
+		config.EnvShard+"=1",
+		config.EnvShardMemory+"=1Gi",
+		config.EnvShardListen+"=127.0.0.1:0",
+		config.EnvLogLevel+"=debug")
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !p.waited {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("ring member %d (%s) log:\n%s", i, p.pubkey, p.log.String())
+		}
+	})
+	return &ringMember{workerdProcess: p, account: account}
+}
+
+// ringState is the stack's view of the model's ring.
+func (e *env) ringState(model string) rings.State {
+	for _, st := range e.stack.Rings.Rings() {
+		if st.Model == model {
+			return st
+		}
+	}
+	return rings.State{}
+}
+
+// waitRing waits until a ring of stages serves model and /v1/models says
+// so, and returns its state.
+func (e *env) waitRing(model string, stages int, but ...string) rings.State {
+	e.t.Helper()
+	var st rings.State
+	e.waitFor(fmt.Sprintf("a ring of %d stages serving %s", stages, model), func() bool {
+		st = e.ringState(model)
+		if !st.Serving || st.Stages != stages {
+			return false
+		}
+		for _, p := range st.Primaries {
+			if slices.Contains(but, p.String()) {
+				return false
+			}
+		}
+		m, err := e.client.Models.Get(context.Background(), model)
+		return err == nil && strings.Contains(m.RawJSON(), `"available":true`) &&
+			strings.Contains(m.RawJSON(), fmt.Sprintf(`"ring":{"stages":%d}`, stages))
+	})
+	return st
+}
+
+// wholeReply is the built-in engine's reply to req on the whole file.
+func wholeReply(t *testing.T, be *builtin.Backend, model string, req oaiwire.ChatRequest) (string, oaiwire.Usage, string) {
+	t.Helper()
+	var text strings.Builder
+	res, err := be.Chat(context.Background(), model, &req, func(d oaiwire.Delta) error { text.WriteString(d.Content); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text.String(), res.Usage, res.FinishReason
+}
+
+// ringCase is one request compared between the ring and the whole model.
+type ringCase struct {
+	name   string
+	msgs   []openai.ChatCompletionMessageParamUnion
+	params func(*openai.ChatCompletionNewParams)
+}
+
+func ringCases() []ringCase {
+	hello := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello world, the cat sat on the mat")}
+	return []ringCase{
+		{"greedy", hello, func(p *openai.ChatCompletionNewParams) { p.Temperature = openai.Float(0); p.MaxTokens = openai.Int(40) }},
+		{"greedy non-ascii", []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("réponds brièvement"),
+			openai.UserMessage("héllo wörld — 日本語 ✓ 🐱 café")}, func(p *openai.ChatCompletionNewParams) {
+			p.Temperature = openai.Float(0)
+			p.MaxTokens = openai.Int(40)
+		}},
+		{"sampled with a seed", hello, func(p *openai.ChatCompletionNewParams) {
+			p.Temperature = openai.Float(0.8)
+			p.Seed = openai.Int(7)
+			p.MaxTokens = openai.Int(40)
+		}},
+	}
+}
+
+// request is the wire request the gateway relays for a case.
+func (c ringCase) request(model string) (openai.ChatCompletionNewParams, oaiwire.ChatRequest) {
+	p := openai.ChatCompletionNewParams{Model: model, Messages: c.msgs}
+	c.params(&p)
+	var req oaiwire.ChatRequest
+	req.Model = model
+	for _, m := range c.msgs {
+		switch {
+		case m.OfSystem != nil:
+			req.Messages = append(req.Messages, oaiwire.Message{Role: "system", Content: oaiwire.Content{Text: m.OfSystem.Content.OfString.Value}})
+		default:
+			req.Messages = append(req.Messages, oaiwire.Message{Role: "user", Content: oaiwire.Content{Text: m.OfUser.Content.OfString.Value}})
+		}
+	}
+	if p.Temperature.Valid() {
+		v := p.Temperature.Value
+		req.Temperature = &v
+	}
+	if p.Seed.Valid() {
+		v := p.Seed.Value
+		req.Seed = &v
+	}
+	if p.MaxTokens.Valid() {
+		v := p.MaxTokens.Value
+		req.MaxTokens = &v
+	}
+	return p, req
+}
+
+// TestRingServesLikeTheWholeModel: a model published as a ring and served
+// by separate workerd processes, each holding only its own layers, gives
+// replies token-for-token identical to the built-in engine on the whole
+// file — greedy and seeded sampling, streamed and not, with a stop string
+// — for rings of 2, 3 and 4 stages, llama and qwen2, Q8_0 and Q4_K; the
+// job's earning reaches the stages' accounts, split by their layers.
+func TestRingServesLikeTheWholeModel(t *testing.T) {
+	bin := buildWorkerd(t)
+	for _, tc := range []struct {
+		name   string
+		o      testmodel.Options
+		stages int
+	}{
+		{"llama-q8_0-2", testmodel.Options{Seed: 9, Type: testmodel.Q8_0, Layers: 4, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}, 2},
+		{"qwen2-q4_k-3", testmodel.Options{Seed: 12, Type: testmodel.Q4_K, Arch: "qwen2", Layers: 4, Embedding: 256, FeedForward: 512, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}, 3},
+		{"llama-q4_k-4", testmodel.Options{Seed: 9, Type: testmodel.Q4_K, Layers: 4, Embedding: 256, FeedForward: 512, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}, 4},
+		{"qwen2-q8_0-4", testmodel.Options{Seed: 12, Type: testmodel.Q8_0, Arch: "qwen2", Layers: 5, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			model := "ring-" + tc.name
+			cm, path := publishRing(t, model, tc.o, tc.stages)
+			e := newEnv(t, envOptions{credits: 100_000, models: []catalog.Model{cm}, rings: ringTimeouts})
+			members := map[string]*ringMember{}
+			for i := range tc.stages {
+				m := e.startMember(t, bin, i)
+				members[m.pubkey] = m
+			}
+			st := e.waitRing(model, tc.stages)
+			whole, err := builtin.New(path, builtin.WithModelID(model), builtin.WithLogger(testLog(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { whole.Close() })
+			jobs := 0
+			for _, c := range ringCases() {
+				params, req := c.request(model)
+				want, wantUsage, wantFinish := wholeReply(t, whole, model, req)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				resp, err := e.client.Chat.Completions.New(ctx, params)
+				cancel()
+				if err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				jobs++
+				if got := resp.Choices[0].Message.Content; got != want || string(resp.Choices[0].FinishReason) != wantFinish ||
+					resp.Usage.CompletionTokens != wantUsage.CompletionTokens || resp.Usage.PromptTokens != wantUsage.PromptTokens {
+					t.Errorf("%s: the ring said %q (%s, %d+%d tokens), the whole model %q (%s, %d+%d)", c.name, got, resp.Choices[0].FinishReason,
+						resp.Usage.PromptTokens, resp.Usage.CompletionTokens, want, wantFinish, wantUsage.PromptTokens, wantUsage.CompletionTokens)
+				}
+				if len(strings.Fields(want)) < 5 {
+					t.Errorf("%s: reply %q is not the generated words", c.name, want)
+				}
+				// Streamed: the same text, delta by delta.
+				ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+				stream := e.client.Chat.Completions.NewStreaming(ctx, params)
+				var acc openai.ChatCompletionAccumulator
+				for stream.Next() {
+					acc.AddChunk(stream.Current())
+				}
+				err = stream.Err()
+				cancel()
+				if err != nil {
+					t.Fatalf("%s streamed: %v", c.name, err)
+				}
+				jobs++
+				if got := acc.Choices[0].Message.Content; got != want {
+					t.Errorf("%s streamed: the ring said %q, the whole model %q", c.name, got, want)
+				}
+				// A stop string cuts both at the same place.
+				stop := stopWord(want)
+				if stop == "" {
+					t.Fatalf("%s: no stop word in %q", c.name, want)
+				}
+				params.Stop = openai.ChatCompletionNewParamsStopUnion{OfString: openai.String(stop)}
+				req.Stop = oaiwire.Stop{stop}
+				wantStop, _, finish := wholeReply(t, whole, model, req)
+				ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+				resp, err = e.client.Chat.Completions.New(ctx, params)
+				cancel()
+				if err != nil {
+					t.Fatalf("%s with stop: %v", c.name, err)
+				}
+				jobs++
+				if got := resp.Choices[0].Message.Content; got != wantStop || string(resp.Choices[0].FinishReason) != finish || finish != "stop" {
+					t.Errorf("%s with stop %q: the ring said %q (%s), the whole model %q (%s)", c.name, stop, got, resp.Choices[0].FinishReason, wantStop, finish)
+				}
+			}
+			// Money: every job charged once, its earning (70%) split
+			// over the stages' accounts and nothing else.
+			if got := e.balance().Credits; got != 100_000-int64(jobs)*cm.Price {
+				t.Errorf("the user has %d credits after %d jobs of %d", got, jobs, cm.Price)
+			}
+			var earned int64
+			for _, p := range st.Primaries {
+				m := members[p.String()]
+				a, err := e.store.GetAccount(context.Background(), m.account)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a.Earned <= 0 {
+					t.Errorf("stage member %s (%s) earned nothing", m.account, p)
+				}
+				earned += a.Earned
+			}
+			if want := int64(jobs) * cm.Price * 70 / 100; earned != want {
+				t.Errorf("the stages earned %d in all, want %d for %d jobs", earned, want, jobs)
+			}
+		})
+	}
+}
+
+// TestRingAgainstOllama: the ring's greedy reply equals a real Ollama's on
+// the same file.
+func TestRingAgainstOllama(t *testing.T) {
+	bin := buildWorkerd(t)
+	o := testmodel.Options{Seed: 9, Type: testmodel.Q8_0, Layers: 4, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}
+	model := "ring-vs-ollama"
+	srv := ollamatest.TinyModel(t, model, o)
+	cm, _ := publishRing(t, model, o, 3)
+	e := newEnv(t, envOptions{credits: 10_000, models: []catalog.Model{cm}, rings: ringTimeouts})
+	for i := range 3 {
+		e.startMember(t, bin, i)
+	}
+	e.waitRing(model, 3)
+	const n = 40
+	msgs := []map[string]string{{"role": "user", "content": "hello world, the cat sat on the mat"}}
+	want := srv.GreedyChat(t, model, msgs, n)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := e.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model,
+		Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage(msgs[0]["content"])},
+		Temperature: openai.Float(0), MaxTokens: openai.Int(n)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Choices[0].Message.Content; got != want {
+		t.Errorf("the ring and Ollama differ:\nring:   %q\nollama: %q", got, want)
+	}
+}
+
