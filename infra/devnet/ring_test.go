@@ -360,4 +360,3 @@ func TestRingAgainstOllama(t *testing.T) {
 		t.Errorf("the ring and Ollama differ:\nring:   %q\nollama: %q", got, want)
 	}
 }
-
