@@ -360,3 +360,83 @@ func TestRingAgainstOllama(t *testing.T) {
 		t.Errorf("the ring and Ollama differ:\nring:   %q\nollama: %q", got, want)
 	}
 }
+
+// TestRingStageKilledMidJob: a stage of a serving ring is killed (SIGKILL)
+// while a reply streams. The job ends by the usual rules — after the first
+// token, an error and a refund: the user pays nothing and no stage earns
+// — and the ring re-forms from the members still connected (a spare
+// joins), and serves the next request exactly as before.
+func TestRingStageKilledMidJob(t *testing.T) {
+	bin := buildWorkerd(t)
+	o := testmodel.Options{Seed: 9, Type: testmodel.Q8_0, Layers: 4, KVHeads: 2, Context: 4096, ChatTemplate: ringTemplate}
+	for _, victim := range []struct {
+		name  string
+		stage int
+	}{{"last stage", 1}, {"driver", 0}} {
+		t.Run(victim.name, func(t *testing.T) {
+			model := "ring-kill"
+			cm, path := publishRing(t, model, o, 2)
+			const credits = 10_000
+			e := newEnv(t, envOptions{credits: credits, models: []catalog.Model{cm}, rings: ringTimeouts})
+			members := map[string]*ringMember{}
+			for i := range 3 {
+				m := e.startMember(t, bin, i)
+				members[m.pubkey] = m
+			}
+			st := e.waitRing(model, 2)
+			killed := members[st.Primaries[victim.stage].String()]
+
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			stream := e.client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: model,
+				Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me a long story")},
+				Temperature: openai.Float(0.8), Seed: openai.Int(3), MaxTokens: openai.Int(3000)})
+			got := ""
+			for stream.Next() {
+				if c := stream.Current(); len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+					if got == "" {
+						killed.sigkill(t) // the kill happened: sigkill checks the exit
+					}
+					got += c.Choices[0].Delta.Content
+				}
+			}
+			if got == "" {
+				t.Fatal("no token arrived before the stream ended")
+			}
+			if stream.Err() == nil {
+				t.Fatalf("the stream ended without an error after the %s was killed (%d bytes)", victim.name, len(got))
+			}
+			// The refund is settled as the job ends, which may be a moment
+			// after the client saw the error.
+			e.waitFor("the refund", func() bool { return e.balance().Credits == credits })
+			for _, m := range members {
+				a, err := e.store.GetAccount(context.Background(), m.account)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a.Earned != 0 {
+					t.Errorf("member %s earned %d for a job that failed", m.account, a.Earned)
+				}
+			}
+			// The ring re-forms without the killed member, and serves.
+			e.waitRing(model, 2, killed.pubkey)
+			whole, err := builtin.New(path, builtin.WithModelID(model), builtin.WithLogger(testLog(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Close()
+			params, req := ringCases()[0].request(model)
+			want, _, _ := wholeReply(t, whole, model, req)
+			resp, err := e.client.Chat.Completions.New(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Choices[0].Message.Content != want {
+				t.Errorf("the re-formed ring said %q, the whole model %q", resp.Choices[0].Message.Content, want)
+			}
+			if e.balance().Credits != credits-cm.Price {
+				t.Errorf("the user has %d credits, want %d", e.balance().Credits, credits-cm.Price)
+			}
+		})
+	}
+}
