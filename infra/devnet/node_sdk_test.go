@@ -205,7 +205,7 @@ func withoutOpenAIEnv(env []string) []string {
 }
 
 // moduleRoot is the directory of go.mod above the working directory.
-func moduleRoot(t *testing.T) string {
+func moduleRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {

@@ -44,7 +44,7 @@ var ringTimeouts = devnet.RingTimeouts{Debounce: 50 * time.Millisecond, RTT: 20 
 // exactly stages stages (signed manifest and blobs served over HTTP, as
 // `workerd shard publish` and a blob server would) and returns its
 // catalogue entry and the file.
-func publishRing(t *testing.T, id string, o testmodel.Options, stages int) (catalog.Model, string) {
+func publishRing(t testing.TB, id string, o testmodel.Options, stages int) (catalog.Model, string) {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, id+".gguf")
@@ -74,7 +74,14 @@ type ringMember struct {
 // startMember runs a ring member as its own process, configured as a
 // contributor configures it (environment variables), with a fresh
 // identity and a worker token of its own contributor account.
-func (e *env) startMember(t *testing.T, bin string, i int) *ringMember {
+func (e *env) startMember(t testing.TB, bin string, i int) *ringMember {
+	t.Helper()
+	return e.startMemberAt(t, bin, i, "127.0.0.1:0", "")
+}
+
+// startMemberAt is startMember with the stage listener on listen, told to
+// peers as advertise ("" for listen's own address).
+func (e *env) startMemberAt(t testing.TB, bin string, i int, listen, advertise string) *ringMember {
 	t.Helper()
 	ctx := context.Background()
 	account := fmt.Sprintf("%s-member-%d", e.account, i)
@@ -107,7 +114,8 @@ func (e *env) startMember(t *testing.T, bin string, i int) *ringMember {
 		config.EnvBackend+"=builtin",
 		config.EnvShard+"=1",
 		config.EnvShardMemory+"=1Gi",
-		config.EnvShardListen+"=127.0.0.1:0",
+		config.EnvShardListen+"="+listen,
+		config.EnvShardAdvertise+"="+advertise,
 		config.EnvLogLevel+"=debug")
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -158,7 +166,7 @@ func (e *env) waitRing(model string, stages int, but ...string) rings.State {
 }
 
 // wholeReply is the built-in engine's reply to req on the whole file.
-func wholeReply(t *testing.T, be *builtin.Backend, model string, req oaiwire.ChatRequest) (string, oaiwire.Usage, string) {
+func wholeReply(t testing.TB, be *builtin.Backend, model string, req oaiwire.ChatRequest) (string, oaiwire.Usage, string) {
 	t.Helper()
 	var text strings.Builder
 	res, err := be.Chat(context.Background(), model, &req, func(d oaiwire.Delta) error { text.WriteString(d.Content); return nil })

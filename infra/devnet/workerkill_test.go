@@ -527,7 +527,7 @@ var (
 )
 
 // buildWorkerd builds the real workerd command once per test process.
-func buildWorkerd(t *testing.T) string {
+func buildWorkerd(t testing.TB) string {
 	t.Helper()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
