@@ -17,8 +17,6 @@ package builtin
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,10 +28,8 @@ import (
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/workerd/backend"
 	"github.com/c0mpute/c0mpute/workerd/engine"
-	"github.com/c0mpute/c0mpute/workerd/engine/chattemplate"
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 	"github.com/c0mpute/c0mpute/workerd/engine/sample"
-	"github.com/c0mpute/c0mpute/workerd/engine/tokenizer"
 )
 
 // Name is the backend kind.
@@ -44,8 +40,7 @@ type Backend struct {
 	id    string
 	file  *gguf.File
 	model *engine.Model
-	tok   *tokenizer.Tokenizer
-	tmpl  *chattemplate.Template
+	text  *Text
 	log   *slog.Logger
 	busy  chan struct{} // one generation at a time; Close takes it for good
 	// closed is closed by Close, which closeOnce guards.
@@ -107,23 +102,16 @@ func newBackend(f *gguf.File, o options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.FromMetadata(f.Metadata)
+	text, err := NewText(f.Metadata, m.Config())
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
+		return nil, err
 	}
-	if tok.VocabSize() > m.Config().Vocab {
-		return nil, fmt.Errorf("tokenizer has %d tokens, the model %d rows", tok.VocabSize(), m.Config().Vocab)
-	}
-	tmpl, err := chattemplate.FromMetadata(f.Metadata)
-	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
-	}
-	if tmpl.IsDefault() {
+	if text.DefaultTemplate() {
 		o.log.Info("builtin: the model file has no chat template; using the ChatML fallback", "model", o.id)
 	}
 	c := m.Config()
 	o.log.Info("builtin: model loaded", "model", o.id, "arch", c.Arch, "layers", c.Layers, "hidden", c.Embd, "vocab", c.Vocab, "context", c.Context)
-	return &Backend{id: o.id, file: f, model: m, tok: tok, tmpl: tmpl, log: o.log, busy: make(chan struct{}, 1), closed: make(chan struct{})}, nil
+	return &Backend{id: o.id, file: f, model: m, text: text, log: o.log, busy: make(chan struct{}, 1), closed: make(chan struct{})}, nil
 }
 
 // ErrClosed is returned by Chat after Close.
@@ -163,17 +151,13 @@ func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatReque
 	if model != b.id {
 		return backend.Result{}, fmt.Errorf("%w: model %q is not served (this backend serves %q)", ErrRequest, model, b.id)
 	}
-	prompt, err := b.prompt(req)
+	prompt, params, err := b.text.Request(req)
 	if err != nil {
 		return backend.Result{}, err
 	}
-	smp, err := sampler(req)
+	smp, err := sample.New(params)
 	if err != nil {
-		return backend.Result{}, err
-	}
-	ctxLen := b.model.Config().Context
-	if len(prompt) >= ctxLen {
-		return backend.Result{}, fmt.Errorf("%w: the prompt is %d tokens, the model's context %d", ErrRequest, len(prompt), ctxLen)
+		return backend.Result{}, fmt.Errorf("%w: sampling: %w", ErrRequest, err)
 	}
 	select {
 	case b.busy <- struct{}{}:
@@ -188,125 +172,15 @@ func (b *Backend) Chat(ctx context.Context, model string, req *oaiwire.ChatReque
 		return backend.Result{}, ErrClosed
 	default:
 	}
-	return b.generate(ctx, prompt, req, smp, emit)
-}
-
-// prompt renders the chat with the file's template and tokenizes it as
-// llama.cpp's server does (special tokens parsed, BOS per the file).
-func (b *Backend) prompt(req *oaiwire.ChatRequest) ([]int32, error) {
-	switch {
-	case len(req.Tools) > 0:
-		return nil, fmt.Errorf("%w: tools (the built-in engine does not parse tool calls)", ErrRequest)
-	case req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text":
-		return nil, fmt.Errorf("%w: response_format %q (no constrained decoding)", ErrRequest, req.ResponseFormat.Type)
-	case req.PresencePenalty != nil && *req.PresencePenalty != 0, req.FrequencyPenalty != nil && *req.FrequencyPenalty != 0:
-		return nil, fmt.Errorf("%w: presence and frequency penalties", ErrRequest)
-	}
-	msgs := make([]chattemplate.Message, 0, len(req.Messages))
-	for i, m := range req.Messages {
-		if len(m.Content.Images()) > 0 {
-			return nil, fmt.Errorf("%w: messages[%d] has an image (text models only)", ErrRequest, i)
-		}
-		if len(m.ToolCalls) > 0 || m.Role == "tool" {
-			return nil, fmt.Errorf("%w: messages[%d]: tool calls", ErrRequest, i)
-		}
-		role := m.Role
-		if role == "developer" {
-			role = "system"
-		}
-		msgs = append(msgs, chattemplate.Message{Role: role, Content: m.Content.String(), Name: m.Name})
-	}
-	text, err := b.tmpl.Render(msgs, chattemplate.Options{AddGenerationPrompt: true, TrimBOS: b.tok.AddBOS()})
-	if err != nil {
-		return nil, fmt.Errorf("builtin: chat template: %w", err)
-	}
-	toks := b.tok.Encode(text, true, true)
-	if len(toks) == 0 {
-		return nil, fmt.Errorf("%w: empty prompt", ErrRequest)
-	}
-	return toks, nil
-}
-
-// sampler follows OpenAI's defaults: temperature 1, top_p 1, a random
-// seed unless one is given.
-func sampler(req *oaiwire.ChatRequest) (*sample.Sampler, error) {
-	p := sample.Params{Temperature: 1, TopP: 1}
-	if req.Temperature != nil {
-		p.Temperature = float32(*req.Temperature)
-	}
-	if req.TopP != nil {
-		// sample's TopP 0 means "no filter"; OpenAI's top_p 0 means "only
-		// the most likely token", which a tiny positive value keeps.
-		p.TopP = max(float32(*req.TopP), 1e-6)
-	}
-	if req.Seed != nil {
-		p.Seed = uint64(*req.Seed)
-	} else {
-		var s [8]byte
-		_, _ = rand.Read(s[:])
-		p.Seed = binary.LittleEndian.Uint64(s[:])
-	}
-	s, err := sample.New(p)
-	if err != nil {
-		return nil, fmt.Errorf("%w: sampling: %w", ErrRequest, err)
-	}
-	return s, nil
-}
-
-func (b *Backend) generate(ctx context.Context, prompt []int32, req *oaiwire.ChatRequest, smp *sample.Sampler, emit func(oaiwire.Delta) error) (backend.Result, error) {
 	start := time.Now()
-	ctxLen := b.model.Config().Context
-	limit := req.Limit()
-	if limit <= 0 || limit > int64(ctxLen-len(prompt)) {
-		limit = int64(ctxLen - len(prompt)) // the context is the hard cap
-	}
 	pipe, err := b.model.NewPipeline(nil)
 	if err != nil {
 		return backend.Result{}, err
 	}
-	dec := b.tok.NewDecoder()
-	stop := sample.NewStopper(req.Stop)
-	res := backend.Result{FinishReason: "length", Usage: oaiwire.Usage{PromptTokens: int64(len(prompt))}}
-	send := func(text string) error {
-		if text == "" {
-			return nil
-		}
-		return emit(oaiwire.Delta{Content: text})
+	res, err := b.text.Generate(ctx, &pipelineStepper{pipe: pipe, smp: smp}, prompt, req, emit)
+	if err != nil {
+		return backend.Result{}, err
 	}
-	input := prompt
-	for res.Usage.CompletionTokens < limit {
-		logits, err := pipe.Next(ctx, input)
-		if err != nil {
-			return backend.Result{}, fmt.Errorf("builtin: %w", err)
-		}
-		id := smp.Sample(logits)
-		res.Usage.CompletionTokens++
-		if b.tok.IsEOG(id) {
-			res.FinishReason = "stop"
-			break
-		}
-		out, stopped := stop.Add(dec.Add(id))
-		if err := send(out); err != nil {
-			return backend.Result{}, err
-		}
-		if stopped {
-			res.FinishReason = "stop"
-			break
-		}
-		input = []int32{id}
-	}
-	if !stop.Stopped() {
-		out, stopped := stop.Add(dec.Flush())
-		if stopped {
-			res.FinishReason = "stop"
-		} else {
-			out += stop.Flush()
-		}
-		if err := send(out); err != nil {
-			return backend.Result{}, err
-		}
-	}
-	res.Usage.TotalTokens = res.Usage.PromptTokens + res.Usage.CompletionTokens
 	el := time.Since(start)
 	b.log.Debug("builtin: generated", "model", b.id, "prompt_tokens", len(prompt), "tokens", res.Usage.CompletionTokens,
 		"finish", res.FinishReason, "tok_per_s", float64(res.Usage.CompletionTokens)/el.Seconds())

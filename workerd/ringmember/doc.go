@@ -1,0 +1,82 @@
+// Package ringmember is what a workerd process runs as a member of a
+// ring: a model split by layers over several members (functions/shard),
+// each holding a layer range loaded from its signed blobs
+// (workerd/shardblob), passing activations member to member over direct,
+// mutually authenticated stage connections (workerd/stagenet). The relay
+// carries only the ring's control (functions/relaymsg ring messages).
+//
+// # Roles
+//
+// A Server serves one plan at a time (Serve; Drop or a later Serve ends
+// it). This member's place is found in the plan by its identity key.
+// Only a primary assignment is served: a standby or verifier assignment
+// is held (its plan's members may connect, to probe) but takes no frame
+// and dials nothing; taking over a stage is not implemented yet.
+//
+// Stage 0's primary is the ring's driver. It holds the embedding, and the
+// tokenizer and chat template from the embedding blob's metadata, and
+// runs the token loop (Server.Chat) with builtin.Text.Generate, the loop
+// the built-in backend runs: for any request the ring's reply is the
+// built-in backend's on the whole model file, token for token.
+//
+// # Connections
+//
+// Stage s's primary dials stage s+1's; the last stage dials stage 0, which
+// closes the loop at the driver. A member dials its next stage at Serve
+// and redials with backoff while it serves; it accepts only its previous
+// stage's data frames. The listener admits the current plan's members and
+// the keys Allow names (a probe's peers); a connection from anyone else
+// but the previous stage answers pings (Probe) and is closed on its first
+// data frame.
+//
+// # A job
+//
+// One job runs on a ring at a time. The driver sends KindOpen (JSON: job
+// id, plan, nonce, slot, blockhash, the prompt's length and the sampling
+// settings; never text) with Step 0; every stage starts a fresh KV cache
+// for the job and passes the Open on; the last stage keeps a sampler.
+// Each step the driver embeds the step's tokens (the prompt in chunks of
+// at most MaxChunk positions, then one token), runs its layers and sends
+// KindHidden (engine.EncodeHidden F32, exact) with the step and the first
+// position; each stage runs its layers and passes the states on; the
+// last stage applies the head to the last position, samples (with
+// workerd/engine/sample, as the built-in backend does) and sends the
+// token back to the driver in a KindTokens frame with the same step and
+// the new cache length. A prompt chunk before the prompt's last is
+// answered with an empty KindTokens frame, which keeps the driver in
+// lockstep without a sample (so a seeded sampler draws exactly what the
+// built-in backend draws). KindTruncate rolls every cache back to Pos;
+// the last stage acknowledges it with an empty KindTokens frame. The
+// driver ends a job with KindClose: every stage appends its signed
+// receipt to the Close's JSON array and passes it on, the last stage
+// back to the driver, which adds its own and returns relaymsg.RingDone.
+//
+// Every frame is checked: the job id is the open job's, Step strictly
+// increases, a hidden frame's Pos is the stage's cache length, payloads
+// are within bounds (hidden states: hidden size × 4 × MaxChunk plus the
+// wire header; the Open's JSON: 4 KiB, validated; a Close: 2 KiB a
+// receipt), token ids are inside the vocabulary. A frame that breaks the
+// protocol ends its job, never the member: the stage passes a KindError
+// on toward the driver, which fails the job, as it does when a stage's
+// connection ends or a step's answer does not come within the step
+// timeout. A failed or abandoned job is dropped around the ring the same
+// way.
+//
+// # Receipts
+//
+// Each member keeps two hash chains per job over the data frames (Hidden,
+// Tokens, Truncate): in, over what it received, and out, over what it
+// sent, each h' = SHA-256(h ‖ kind ‖ step ‖ pos ‖ SHA-256(payload)) from
+// 32 zero bytes. The driver's in chain is over the tokens it fed its own
+// embedding (as if it had received them as tokens frames), and is
+// RingDone.Input; RingDone.Output is its chain over the tokens frames the
+// last stage sent back. So receipt[s].Output is receipt[s+1].Input, the
+// first receipt's Input is the job's input and the last one's Output the
+// job's output: shard.Verify's chain check. A receipt covers token
+// positions [0, n), n being the positions the stage ran (truncations
+// notwithstanding), carries the Open's nonce, slot and blockhash, and is
+// signed with the member's identity key.
+//
+// Nothing here logs or sends prompt or reply text: logs name jobs, steps,
+// positions and sizes; error frames carry this package's own reasons.
+package ringmember

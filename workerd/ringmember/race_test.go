@@ -1,0 +1,5 @@
+//go:build race
+
+package ringmember
+
+const raceEnabled = true

@@ -1,0 +1,1026 @@
+package ringmember
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/shard"
+	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
+	"github.com/c0mpute/c0mpute/workerd/engine"
+	"github.com/c0mpute/c0mpute/workerd/engine/sample"
+	"github.com/c0mpute/c0mpute/workerd/shardblob"
+	"github.com/c0mpute/c0mpute/workerd/stagenet"
+)
+
+// Assignment is one plan a member serves: the plan and the model's
+// manifest, where the other members' stage listeners are, and the layers
+// this member loaded for its place in the plan (found by its key).
+type Assignment struct {
+	// Model is the ring model's id, for logs.
+	Model string
+	// Hash is the plan's hash (shard.Plan.Hash), which jobs and receipts
+	// name.
+	Hash     shard.Hash
+	Plan     shard.Plan
+	Manifest shard.Manifest
+	// Peers are the stage listener addresses of the plan's members
+	// (relaymsg.RingAssign.Peers); this member needs its next stage's.
+	Peers map[shard.PublicKey]string
+	// Part is this member's loaded layers: the plan's range for it, with
+	// the embedding on stage 0 and the head on the last stage.
+	Part *shardblob.Part
+	// Workers is the matrix-product goroutines Part was opened with
+	// (shardblob.Open's workers); the Part's Model already uses them, and
+	// Serve only logs it.
+	Workers int
+}
+
+// Defaults.
+const (
+	// DefaultStepTimeout bounds how long a member waits on one step of a
+	// job: the driver for its answer from the last stage, any member for
+	// a send to its next stage. A step is a prompt chunk of at most
+	// MaxChunk positions through every stage, or one token: well under a
+	// minute on any ring worth serving; a ring that takes longer has a
+	// stage that is gone.
+	DefaultStepTimeout = 60 * time.Second
+	// maxModelDim bounds the hidden size of a ring model (the widest open
+	// models have 16384), and with it the payload a stage listener
+	// accepts before it knows the plan: MaxChunk positions of F32.
+	maxModelDim = 1 << 14
+	// redial backoff of a member's connection to its next stage.
+	minRedial = 20 * time.Millisecond
+	maxRedial = 2 * time.Second
+	// endedJobs is how many ended job ids a member remembers, so frames
+	// of a job already ended (sent before the sender learnt it) are
+	// dropped rather than taken for a protocol error.
+	endedJobs = 16
+)
+
+type options struct {
+	stepTimeout time.Duration
+	chunk       int
+	now         func() time.Time
+}
+
+// Option configures NewServer.
+type Option func(*options)
+
+// WithStepTimeout sets how long a member waits on one step of a job
+// (default DefaultStepTimeout).
+func WithStepTimeout(d time.Duration) Option { return func(o *options) { o.stepTimeout = d } }
+
+// WithPromptChunk sets the most prompt positions the driver sends in one
+// frame, 1 to MaxChunk (default MaxChunk). Smaller chunks start the next
+// stage sooner on long prompts; tests use them to cross chunk boundaries
+// with tiny models.
+func WithPromptChunk(n int) Option { return func(o *options) { o.chunk = n } }
+
+// WithClock sets the clock receipts are dated by (default time.Now).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// ErrNotServing is returned by Chat when this member serves no plan, or
+// not the plan a job names, or is not its first stage.
+var ErrNotServing = errors.New("ringmember: not serving that ring")
+
+// Server is a ring member's stage server: it listens for the other
+// members' stage connections and serves its stage of one plan at a time.
+type Server struct {
+	key  ed25519.PrivateKey
+	self shard.PublicKey
+	log  *slog.Logger
+	o    options
+	ln   *stagenet.Listener
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	allowed map[shard.PublicKey]bool
+	ring    *ring
+	closed  bool
+}
+
+// NewServer listens for stage connections on listen (host:port; port 0
+// picks one) with the member's identity key. log may be nil (discard).
+func NewServer(key ed25519.PrivateKey, listen string, log *slog.Logger, opts ...Option) (*Server, error) {
+	if len(key) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("ringmember: the identity key is %d bytes, want an ed25519 private key of %d", len(key), ed25519.PrivateKeySize)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := options{stepTimeout: DefaultStepTimeout, chunk: MaxChunk, now: time.Now}
+	for _, f := range opts {
+		f(&o)
+	}
+	switch {
+	case o.stepTimeout <= 0:
+		return nil, fmt.Errorf("ringmember: WithStepTimeout(%s): want a positive duration", o.stepTimeout)
+	case o.chunk < 1 || o.chunk > MaxChunk:
+		return nil, fmt.Errorf("ringmember: WithPromptChunk(%d): want 1 to %d", o.chunk, MaxChunk)
+	case o.now == nil:
+		return nil, errors.New("ringmember: WithClock(nil): want a clock")
+	}
+	s := &Server{key: key, self: shard.KeyOf(key), log: log, o: o, allowed: map[shard.PublicKey]bool{}}
+	ln, err := stagenet.Listen(listen, key, s.allow, stagenet.WithMaxPayload(maxPayload(maxModelDim)), stagenet.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("ringmember: %w", err)
+	}
+	s.ln = ln
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.goSafe("accept", s.acceptLoop)
+	return s, nil
+}
+
+// Addr is the stage listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Key is this member's identity.
+func (s *Server) Key() shard.PublicKey { return s.self }
+
+// Allow sets the keys, besides the current plan's members, that may
+// connect to the stage listener: the peers of the last probe, which
+// measure their round trip to this member. It replaces the previous set;
+// Allow() clears it. Such a peer's connection answers pings only: a data
+// frame from anyone but this stage's previous stage closes it.
+func (s *Server) Allow(peers ...shard.PublicKey) {
+	m := make(map[shard.PublicKey]bool, len(peers))
+	for _, p := range peers {
+		m[p] = true
+	}
+	s.mu.Lock()
+	s.allowed = m
+	s.mu.Unlock()
+}
+
+// allow is the listener's admission check, run during each handshake.
+func (s *Server) allow(k shard.PublicKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	return s.allowed[k] || (s.ring != nil && s.ring.members[k])
+}
+
+// Probe measures the round trip to a member's stage listener: it dials
+// addr, requiring the key peer, and returns the least of three pings.
+func (s *Server) Probe(ctx context.Context, peer shard.PublicKey, addr string) (time.Duration, error) {
+	if err := validate.Var(addr, "required,hostname_port,max=256"); err != nil {
+		return 0, fmt.Errorf("ringmember: probe %s: address %q is not host:port", peer, addr)
+	}
+	c, err := stagenet.Dial(ctx, addr, s.key, peer, stagenet.WithMaxPayload(stagenet.MaxErrorPayload), stagenet.WithLogger(s.log))
+	if err != nil {
+		return 0, fmt.Errorf("ringmember: probe: %w", err)
+	}
+	defer c.Close()
+	best := time.Duration(math.MaxInt64)
+	for range 3 {
+		d, err := c.Ping(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("ringmember: probe: %w", err)
+		}
+		best = min(best, d)
+	}
+	return best, nil
+}
+
+// Serve starts serving this member's stage of a's plan, replacing any
+// plan served before (its jobs end, its connections close). It checks the
+// assignment: the plan's shape and hash, the manifest's hash against the
+// plan's model, this member's place in the plan, that the Part holds that
+// place's layers (and the embedding or head it needs), and the next
+// stage's address. The connection to the next stage (the first stage,
+// for the last) is dialled at once and redialled with backoff while the
+// plan is served; the previous stage's connection is accepted.
+//
+// A standby or verifier assignment is held — its members may connect, to
+// probe — but not served: nothing is dialled and no frame is taken.
+func (s *Server) Serve(a *Assignment) error {
+	r, err := s.newRing(a)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		r.cancel()
+		return errors.New("ringmember: server closed")
+	}
+	old := s.ring
+	s.ring = r
+	s.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	r.start()
+	return nil
+}
+
+// Drop stops serving the plan hash, if it is the one served: its jobs end
+// and its connections close.
+func (s *Server) Drop(hash shard.Hash) {
+	s.mu.Lock()
+	r := s.ring
+	if r == nil || r.hash != hash {
+		s.mu.Unlock()
+		return
+	}
+	s.ring = nil
+	s.mu.Unlock()
+	r.stop()
+}
+
+// Close stops the listener and the plan served, and waits for every
+// goroutine of the server.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	r := s.ring
+	s.ring = nil
+	s.mu.Unlock()
+	s.cancel()
+	err := s.ln.Close()
+	if r != nil {
+		r.stop()
+	}
+	s.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("ringmember: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) current() *ring {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ring
+}
+
+// goSafe runs fn in a goroutine the server waits for at Close; a panic
+// is logged and ends that goroutine only.
+func (s *Server) goSafe(what string, fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("ringmember: goroutine panicked", "what", what, "panic", p)
+			}
+		}()
+		fn()
+	}()
+}
+
+func (s *Server) acceptLoop() {
+	for {
+		c, err := s.ln.Accept(s.ctx)
+		if err != nil {
+			var hs *stagenet.HandshakeError
+			if errors.As(err, &hs) {
+				// A refused key or a failed handshake: the listener goes on.
+				s.log.Debug("ringmember: stage connection refused", "err", err)
+				continue
+			}
+			if s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				s.log.Error("ringmember: the stage listener stopped", "err", err)
+			}
+			return
+		}
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed {
+			c.Close()
+			return
+		}
+		s.goSafe("conn", func() { s.handle(c) })
+	}
+}
+
+// handle reads an accepted connection. Data frames from this stage's
+// previous stage go to the ring; anyone else's close the connection.
+// Pings are answered by the connection itself, which is all a probe
+// needs.
+func (s *Server) handle(c *stagenet.Conn) {
+	defer c.Close()
+	peer := c.Peer()
+	var bound *ring
+	defer func() {
+		if bound != nil {
+			bound.dropConn(c)
+		}
+	}()
+	for {
+		f, err := c.Recv(s.ctx)
+		if err != nil {
+			if bound != nil {
+				bound.push(inEvent{conn: c, err: fmt.Errorf("ringmember: the connection from stage %d's member %s ended: %w", bound.prevStage, peer, err)})
+			}
+			return
+		}
+		r := s.current()
+		if r == nil || r.held || peer != r.prev {
+			s.log.Warn("ringmember: data frame from a member that is not this stage's previous stage; closing its connection",
+				"peer", peer.String(), "kind", f.Kind.String())
+			return
+		}
+		if bound != r {
+			if bound != nil {
+				bound.dropConn(c)
+			}
+			if !r.addConn(c) {
+				return
+			}
+			bound = r
+		}
+		if !bound.push(inEvent{conn: c, f: f}) {
+			return
+		}
+	}
+}
+
+// inEvent is what a ring's goroutine takes in: a frame from the previous
+// stage's connection, or the loss of a connection.
+type inEvent struct {
+	conn *stagenet.Conn // the connection it came on; nil for the outbound link
+	f    stagenet.Frame
+	err  error // a connection ended
+	out  bool  // the connection to the next stage ended
+}
+
+// ring is one plan as this member serves it.
+type ring struct {
+	s     *Server
+	a     *Assignment
+	hash  shard.Hash
+	me    shard.Member
+	log   *slog.Logger
+	model *engine.Model
+	cfg   engine.Config
+	// held: a standby or verifier assignment, not served.
+	held   bool
+	stages int
+	driver bool // stage 0
+	tail   bool // the last stage
+	// prev is who dials this member (the previous stage's primary; the
+	// last stage's for stage 0); next is whom it dials.
+	prev, next           shard.PublicKey
+	prevStage, nextStage int
+	members              map[shard.PublicKey]bool
+	text                 *builtin.Text // stage 0
+	out                  *link         // nil for a one-stage ring
+	maxPayload           int
+
+	inbox  chan inEvent
+	ended  *recent
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	stopped bool
+	conns   map[*stagenet.Conn]bool
+	busy    chan struct{} // the driver runs one job at a time
+	job     *driverJob
+}
+
+func (s *Server) newRing(a *Assignment) (*ring, error) {
+	if a == nil {
+		return nil, errors.New("ringmember: serve: no assignment")
+	}
+	switch {
+	case a.Model == "" || len(a.Model) > 128:
+		return nil, fmt.Errorf("ringmember: serve: the assignment's model id %q: want 1 to 128 characters", a.Model)
+	case a.Part == nil:
+		return nil, errors.New("ringmember: serve: the assignment has no loaded part: open its layers with shardblob.Open first")
+	case a.Workers < 0:
+		return nil, fmt.Errorf("ringmember: serve: the assignment's workers is %d, want 0 or more", a.Workers)
+	case len(a.Peers) > relaymsg.MaxRingPeers:
+		return nil, fmt.Errorf("ringmember: serve: the assignment lists %d peers, at most %d", len(a.Peers), relaymsg.MaxRingPeers)
+	}
+	for k, addr := range a.Peers {
+		if err := validate.Var(addr, "required,hostname_port,max=256"); err != nil {
+			return nil, fmt.Errorf("ringmember: serve: member %s's address %q is not host:port", k, addr)
+		}
+	}
+	if err := a.Plan.Check(); err != nil {
+		return nil, fmt.Errorf("ringmember: serve: %w", err)
+	}
+	if h := a.Plan.Hash(); h != a.Hash {
+		return nil, fmt.Errorf("ringmember: serve: the plan hashes to %s, the assignment says %s", h, a.Hash)
+	}
+	if err := a.Manifest.Check(); err != nil {
+		return nil, fmt.Errorf("ringmember: serve: %w", err)
+	}
+	if h := a.Manifest.Hash(); h != a.Plan.Model {
+		return nil, fmt.Errorf("ringmember: serve: the manifest hashes to %s, the plan is for model %s", h, a.Plan.Model)
+	}
+	if len(a.Manifest.Layers) != a.Plan.Layers {
+		return nil, fmt.Errorf("ringmember: serve: the manifest lists %d layers, the plan %d", len(a.Manifest.Layers), a.Plan.Layers)
+	}
+	r := &ring{s: s, a: a, hash: a.Hash, stages: a.Plan.Stages, members: map[shard.PublicKey]bool{},
+		inbox: make(chan inEvent, 1), ended: &recent{}, conns: map[*stagenet.Conn]bool{}, busy: make(chan struct{}, 1)}
+	found := false
+	for _, m := range a.Plan.Members {
+		r.members[m.Node] = true
+		if m.Node == s.self && !found {
+			r.me, found = m, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("ringmember: serve: this member (%s) is not in plan %s", s.self, a.Hash)
+	}
+	r.log = s.log.With("model", a.Model, "plan", a.Hash.String()[:12], "stage", r.me.Stage)
+	if r.me.Role != shard.RolePrimary {
+		r.held = true
+		r.ctx, r.cancel = context.WithCancel(s.ctx)
+		return r, nil
+	}
+	r.model = a.Part.Model()
+	r.cfg = r.model.Config()
+	first, last, embed, head := r.model.Holds()
+	r.driver, r.tail = r.me.Stage == 0, r.me.Stage == r.stages-1
+	switch {
+	case r.cfg.Layers != a.Plan.Layers:
+		return nil, fmt.Errorf("ringmember: serve: the loaded model has %d layers, the plan %d", r.cfg.Layers, a.Plan.Layers)
+	case first > r.me.LayerStart || last < r.me.LayerEnd:
+		return nil, fmt.Errorf("ringmember: serve: the loaded part holds layers [%d,%d), stage %d needs [%d,%d)", first, last, r.me.Stage, r.me.LayerStart, r.me.LayerEnd)
+	case r.driver && !embed:
+		return nil, errors.New("ringmember: serve: the first stage's part lacks the embedding")
+	case r.tail && !head:
+		return nil, errors.New("ringmember: serve: the last stage's part lacks the head")
+	case r.cfg.Embd <= 0 || r.cfg.Embd > maxModelDim:
+		return nil, fmt.Errorf("ringmember: serve: hidden size %d, at most %d is served", r.cfg.Embd, maxModelDim)
+	}
+	r.maxPayload = maxPayload(r.cfg.Embd)
+	if r.driver {
+		t, err := builtin.NewText(a.Part.Metadata(), r.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("ringmember: serve: the first stage's metadata: %w", err)
+		}
+		r.text = t
+	}
+	if r.stages > 1 {
+		r.nextStage = (r.me.Stage + 1) % r.stages
+		r.prevStage = (r.me.Stage + r.stages - 1) % r.stages
+		nm, _ := a.Plan.Primary(r.nextStage)
+		pm, _ := a.Plan.Primary(r.prevStage)
+		r.next, r.prev = nm.Node, pm.Node
+		addr, ok := a.Peers[r.next]
+		if !ok {
+			return nil, fmt.Errorf("ringmember: serve: no address for stage %d's member %s among the assignment's peers", r.nextStage, r.next)
+		}
+		r.out = &link{r: r, peer: r.next, addr: addr, sem: make(chan struct{}, 1), backoff: minRedial}
+	}
+	r.ctx, r.cancel = context.WithCancel(s.ctx)
+	return r, nil
+}
+
+// start begins serving: the dial to the next stage and the goroutine
+// that takes frames in.
+func (r *ring) start() {
+	if r.held {
+		r.log.Info("ringmember: holding a backup assignment (not served)", "role", string(r.me.Role))
+		return
+	}
+	r.log.Info("ringmember: serving", "layers", fmt.Sprintf("[%d,%d)", r.me.LayerStart, r.me.LayerEnd), "stages", r.stages, "workers", r.a.Workers)
+	if r.out == nil {
+		return
+	}
+	r.goSafe("dial", func() { _, _ = r.out.get(r.ctx) })
+	if r.driver {
+		r.goSafe("route", r.route)
+	} else {
+		r.goSafe("stage", r.runStage)
+	}
+}
+
+// stop ends the ring: its jobs fail, its connections close, and its
+// goroutines are waited for.
+func (r *ring) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	conns := make([]*stagenet.Conn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+	r.cancel()
+	for _, c := range conns {
+		c.Close()
+	}
+	if r.out != nil {
+		r.out.close()
+	}
+	r.wg.Wait()
+	r.log.Info("ringmember: stopped serving")
+}
+
+func (r *ring) goSafe(what string, fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer func() {
+			if p := recover(); p != nil {
+				r.log.Error("ringmember: goroutine panicked", "what", what, "panic", p)
+			}
+		}()
+		fn()
+	}()
+}
+
+// addConn records an inbound connection, closed when the ring stops.
+func (r *ring) addConn(c *stagenet.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return false
+	}
+	r.conns[c] = true
+	return true
+}
+
+func (r *ring) dropConn(c *stagenet.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+}
+
+// push hands an event to the ring's goroutine, waiting while it is busy
+// (which holds the sender back: TCP back-pressure, not memory).
+func (r *ring) push(ev inEvent) bool {
+	select {
+	case r.inbox <- ev:
+		return true
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+// send sends a frame to the next stage within the step timeout. Only a
+// job's Open may wait for the connection to be (re)dialled: any later
+// frame of a job needs the connection its Open went on, since a new one
+// reaches a stage that has lost the job.
+func (r *ring) send(ctx context.Context, f *stagenet.Frame) error {
+	ctx, cancel := context.WithTimeout(ctx, r.s.o.stepTimeout)
+	defer cancel()
+	var c *stagenet.Conn
+	if f.Kind == stagenet.KindOpen {
+		var err error
+		if c, err = r.out.get(ctx); err != nil {
+			return err
+		}
+	} else if c = r.out.current(); c == nil {
+		return fmt.Errorf("ringmember: the connection to stage %d is gone", r.nextStage)
+	}
+	if err := c.Send(ctx, f); err != nil {
+		r.out.drop(c)
+		return fmt.Errorf("ringmember: send to stage %d: %w", r.nextStage, err)
+	}
+	return nil
+}
+
+// sendError tells the next stage a job failed, so the failure travels
+// the ring to the driver; best effort.
+func (r *ring) sendError(job string, err error) {
+	if r.out == nil {
+		return
+	}
+	if serr := r.send(r.ctx, &stagenet.Frame{Kind: stagenet.KindError, Job: job, Payload: reason(err)}); serr != nil {
+		r.log.Debug("ringmember: could not pass a job's failure on", "job", job, "err", serr)
+	}
+}
+
+// link is a member's connection to its next stage: dialled at Serve,
+// redialled with backoff when lost, and on demand by a send.
+type link struct {
+	r    *ring
+	peer shard.PublicKey
+	addr string
+	sem  chan struct{} // one dialler at a time
+
+	mu      sync.Mutex
+	conn    *stagenet.Conn
+	backoff time.Duration
+	closed  bool
+}
+
+// get returns the connection, dialling (and retrying until ctx ends) if
+// there is none.
+func (l *link) get(ctx context.Context) (*stagenet.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("ringmember: connect to stage %d: %w", l.r.nextStage, context.Cause(ctx))
+	}
+	defer func() { <-l.sem }()
+	wait := minRedial
+	for {
+		l.mu.Lock()
+		c, closed := l.conn, l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, fmt.Errorf("ringmember: connect to stage %d: %w", l.r.nextStage, ErrNotServing)
+		}
+		if c != nil {
+			return c, nil
+		}
+		c, err := stagenet.Dial(ctx, l.addr, l.r.s.key, l.peer, stagenet.WithMaxPayload(l.r.maxPayload), stagenet.WithLogger(l.r.s.log))
+		if err == nil {
+			l.mu.Lock()
+			if l.closed {
+				l.mu.Unlock()
+				c.Close()
+				continue
+			}
+			l.conn = c
+			l.mu.Unlock()
+			dialled := time.Now()
+			l.r.goSafe("watch", func() { l.watch(c, dialled) })
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("ringmember: connect to stage %d's member at %s: %w", l.r.nextStage, l.addr, err)
+		}
+		l.r.log.Debug("ringmember: dial next stage failed; retrying", "next", l.peer.String(), "err", err, "retry_in", wait)
+		if !sleep(ctx, wait) {
+			return nil, fmt.Errorf("ringmember: connect to stage %d's member at %s: %w", l.r.nextStage, l.addr, err)
+		}
+		wait = min(2*wait, maxRedial)
+	}
+}
+
+// watch reads the outbound connection, which carries nothing to this
+// member but pongs (the connection handles those): a data frame on it is
+// the peer's error, and its end is reported to the ring and redialled.
+func (l *link) watch(c *stagenet.Conn, dialled time.Time) {
+	f, err := c.Recv(l.r.ctx)
+	if err == nil {
+		err = fmt.Errorf("ringmember: stage %d sent a %s frame on this member's outbound connection", l.r.nextStage, f.Kind)
+	}
+	l.drop(c)
+	if l.r.ctx.Err() != nil {
+		return
+	}
+	l.r.push(inEvent{err: fmt.Errorf("ringmember: the connection to stage %d ended: %w", l.r.nextStage, err), out: true})
+	// A connection refused at once (the peer does not serve this plan
+	// yet) is retried ever more slowly; one that lived a while at once.
+	l.mu.Lock()
+	if time.Since(dialled) > maxRedial {
+		l.backoff = minRedial
+	}
+	wait := l.backoff
+	l.backoff = min(2*l.backoff, maxRedial)
+	l.mu.Unlock()
+	if sleep(l.r.ctx, wait) {
+		_, _ = l.get(l.r.ctx)
+	}
+}
+
+// current is the connection, or nil while there is none.
+func (l *link) current() *stagenet.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn
+}
+
+// drop forgets c (if it is the link's connection) and closes it.
+func (l *link) drop(c *stagenet.Conn) {
+	l.mu.Lock()
+	if l.conn == c {
+		l.conn = nil
+	}
+	l.mu.Unlock()
+	c.Close()
+}
+
+func (l *link) close() {
+	l.mu.Lock()
+	l.closed = true
+	c := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// recent remembers the last few ended job ids.
+type recent struct {
+	mu  sync.Mutex
+	ids [endedJobs]string
+	n   int
+}
+
+func (e *recent) add(id string) {
+	e.mu.Lock()
+	e.ids[e.n%endedJobs] = id
+	e.n++
+	e.mu.Unlock()
+}
+
+func (e *recent) has(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, x := range e.ids {
+		if x == id && x != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// stageJob is a job open on a stage other than the driver's.
+type stageJob struct {
+	account
+	src  *stagenet.Conn // the connection its Open came on
+	st   *engine.Stage
+	smp  *sample.Sampler // the last stage's
+	step uint32
+}
+
+// runStage takes a non-driver stage's frames in order, one job at a time.
+func (r *ring) runStage() {
+	var j *stageJob
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case ev := <-r.inbox:
+			j = r.stageEvent(j, ev)
+		}
+	}
+}
+
+// stageEvent handles one event and returns the job open after it. A
+// frame that breaks the protocol ends its job (the failure is passed on
+// toward the driver) and nothing else.
+func (r *ring) stageEvent(j *stageJob, ev inEvent) (open *stageJob) {
+	cur := j // the job a panic would leave broken
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("ringmember: stage panicked on a frame", "panic", p)
+			if cur != nil {
+				r.failJob(cur, errors.New("ringmember: internal error"))
+			}
+			open = nil
+		}
+	}()
+	if ev.err != nil {
+		if j != nil && (ev.out || ev.conn == j.src) {
+			r.failJob(j, ev.err)
+			return nil
+		}
+		return j
+	}
+	f := &ev.f
+	switch {
+	case f.Kind == stagenet.KindOpen:
+		if j != nil {
+			r.failJob(j, badFrame("job %q opened while job %q was open", f.Job, j.open.Job))
+			cur = nil
+		}
+		nj, err := r.openStageJob(ev)
+		if err != nil {
+			r.log.Warn("ringmember: refused a job", "job", f.Job, "err", err)
+			r.ended.add(f.Job)
+			r.sendError(f.Job, err)
+			return nil
+		}
+		return nj
+	case f.Kind == stagenet.KindError:
+		if j != nil && f.Job == j.open.Job {
+			r.log.Info("ringmember: job failed on an earlier stage", "job", f.Job)
+			r.ended.add(f.Job)
+			r.sendError(f.Job, errors.New(string(f.Payload)))
+			return nil
+		}
+		return j
+	case j == nil || f.Job != j.open.Job:
+		if r.ended.has(f.Job) {
+			return j // a late frame of a job already ended
+		}
+		err := badFrame("%s frame for job %q, which is not open on stage %d", f.Kind, f.Job, r.me.Stage)
+		if j != nil {
+			r.failJob(j, err)
+			return nil
+		}
+		r.log.Warn("ringmember: frame for no open job", "job", f.Job, "kind", f.Kind.String())
+		r.ended.add(f.Job)
+		r.sendError(f.Job, err)
+		return nil
+	}
+	var err error
+	switch {
+	case ev.conn != j.src:
+		err = badFrame("job %q's %s frame came on another connection than its open", f.Job, f.Kind)
+	case f.Step <= j.step:
+		err = badFrame("job %q: step %d after step %d (replayed or out of order)", f.Job, f.Step, j.step)
+	default:
+		j.step = f.Step
+		switch f.Kind {
+		case stagenet.KindHidden:
+			err = r.stageHidden(j, f)
+		case stagenet.KindTruncate:
+			err = r.stageTruncate(j, f)
+		case stagenet.KindClose:
+			if err = r.stageClose(j, f); err == nil {
+				r.ended.add(f.Job)
+				return nil
+			}
+		default:
+			err = badFrame("job %q: unexpected %s frame on stage %d", f.Job, f.Kind, r.me.Stage)
+		}
+	}
+	if err != nil {
+		r.failJob(j, err)
+		return nil
+	}
+	return j
+}
+
+// failJob ends a job with an error and passes the failure on.
+func (r *ring) failJob(j *stageJob, err error) {
+	r.log.Warn("ringmember: job failed", "job", j.open.Job, "err", err)
+	r.ended.add(j.open.Job)
+	r.sendError(j.open.Job, err)
+}
+
+// openStageJob starts a job on this stage and passes its Open on.
+func (r *ring) openStageJob(ev inEvent) (*stageJob, error) {
+	o, err := decodeOpen(&ev.f)
+	if err != nil {
+		return nil, err
+	}
+	if o.Plan != r.hash {
+		return nil, badFrame("job %q is for plan %s, this member serves %s", o.Job, o.Plan, r.hash)
+	}
+	st, err := r.model.NewStage(r.me.LayerStart, r.me.LayerEnd)
+	if err != nil {
+		return nil, err
+	}
+	j := &stageJob{account: account{open: o}, src: ev.conn, st: st, step: ev.f.Step}
+	if r.tail {
+		if j.smp, err = sample.New(o.Sampling.params()); err != nil {
+			return nil, badFrame("job %q: %v", o.Job, err)
+		}
+		// The last stage answers on its connection to the driver: have it
+		// now (a redial in progress may still be waiting out its backoff),
+		// since a job's later frames never wait for one.
+		ctx, cancel := context.WithTimeout(r.ctx, r.s.o.stepTimeout)
+		defer cancel()
+		if _, err := r.out.get(ctx); err != nil {
+			return nil, err
+		}
+		return j, nil
+	}
+	if err := r.send(r.ctx, &stagenet.Frame{Kind: stagenet.KindOpen, Job: o.Job, Step: ev.f.Step, Payload: ev.f.Payload}); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// stageHidden runs this stage's layers over a batch of hidden states and
+// passes them on; the last stage applies the head and samples instead,
+// answering the driver with the token (or with none for a prompt chunk
+// that is not the prompt's last).
+func (r *ring) stageHidden(j *stageJob, f *stagenet.Frame) error {
+	if n := maxHiddenBytes(r.cfg.Embd); len(f.Payload) > n {
+		return badFrame("job %q: hidden payload of %d bytes, the limit is %d (%d positions of %d)", f.Job, len(f.Payload), n, MaxChunk, r.cfg.Embd)
+	}
+	h, err := engine.DecodeHidden(f.Payload)
+	if err != nil {
+		return badFrame("job %q: hidden payload: %v", f.Job, err)
+	}
+	switch {
+	case h.Dim != r.cfg.Embd:
+		return badFrame("job %q: hidden states of width %d, the model's is %d", f.Job, h.Dim, r.cfg.Embd)
+	case h.Tokens > MaxChunk:
+		return badFrame("job %q: %d positions in one frame, at most %d", f.Job, h.Tokens, MaxChunk)
+	case int(f.Pos) != h.Pos || h.Pos != j.st.Len():
+		return badFrame("job %q: hidden states at position %d (frame says %d), the cache holds %d", f.Job, h.Pos, f.Pos, j.st.Len())
+	}
+	j.in.addFrame(f)
+	if err := j.st.Forward(r.ctx, h); err != nil {
+		return fmt.Errorf("ringmember: job %q: %w", f.Job, err)
+	}
+	j.positions += int64(h.Tokens)
+	var out *stagenet.Frame
+	if !r.tail {
+		wire, err := engine.EncodeHidden(h, engine.F32)
+		if err != nil {
+			return err
+		}
+		out = &stagenet.Frame{Kind: stagenet.KindHidden, Job: f.Job, Step: f.Step, Pos: f.Pos, Payload: wire, Hash: engine.HashHidden(wire)}
+	} else {
+		var ids []int32
+		if end := h.Pos + h.Tokens; end >= j.open.Prompt {
+			last := &engine.Hidden{Pos: end - 1, Tokens: 1, Dim: h.Dim, Data: h.Row(h.Tokens - 1)}
+			lg, err := r.model.Head(last)
+			if err != nil {
+				return fmt.Errorf("ringmember: job %q: %w", f.Job, err)
+			}
+			ids = []int32{j.smp.Sample(lg.Data)}
+		}
+		out = tokensFrame(f.Job, f.Step, j.st.Len(), ids)
+	}
+	if err := r.send(r.ctx, out); err != nil {
+		return err
+	}
+	j.out.addFrame(out)
+	return nil
+}
+
+// tokensFrame is a KindTokens frame with its hash set.
+func tokensFrame(job string, step uint32, pos int, ids []int32) *stagenet.Frame {
+	p := encodeTokens(ids)
+	f := &stagenet.Frame{Kind: stagenet.KindTokens, Job: job, Step: step, Pos: uint32(pos), Payload: p}
+	f.Hash = sha256.Sum256(p) // as Send sets it
+	return f
+}
+
+// stageTruncate rolls the cache back and passes the truncation on; the
+// last stage answers the driver with an empty tokens frame.
+func (r *ring) stageTruncate(j *stageJob, f *stagenet.Frame) error {
+	n := int(f.Pos)
+	if n > j.st.Len() {
+		return badFrame("job %q: truncate to %d positions, the cache holds %d", f.Job, n, j.st.Len())
+	}
+	j.in.addFrame(f)
+	if err := j.st.Truncate(n); err != nil {
+		return err
+	}
+	out := &stagenet.Frame{Kind: stagenet.KindTruncate, Job: f.Job, Step: f.Step, Pos: f.Pos}
+	out.Hash = sha256.Sum256(nil)
+	if r.tail {
+		out = tokensFrame(f.Job, f.Step, n, nil)
+	}
+	if err := r.send(r.ctx, out); err != nil {
+		return err
+	}
+	j.out.addFrame(out)
+	return nil
+}
+
+// stageClose adds this stage's signed receipt to the Close and passes it
+// on (the last stage, back to the driver).
+func (r *ring) stageClose(j *stageJob, f *stagenet.Frame) error {
+	if int(f.Pos) != j.st.Len() {
+		return badFrame("job %q: close at position %d, the cache holds %d", f.Job, f.Pos, j.st.Len())
+	}
+	rs, err := decodeClose(f.Payload, f.Job, &r.a.Plan, r.me.Stage-1)
+	if err != nil {
+		return err
+	}
+	own, err := j.receipt(r.s.key, r.hash, r.a.Plan.Model, r.me, r.s.o.now().UnixMilli())
+	if err != nil {
+		return err
+	}
+	payload, err := encodeClose(append(rs, own))
+	if err != nil {
+		return err
+	}
+	if err := r.send(r.ctx, &stagenet.Frame{Kind: stagenet.KindClose, Job: f.Job, Step: f.Step, Pos: f.Pos, Payload: payload}); err != nil {
+		return err
+	}
+	r.log.Debug("ringmember: job closed", "job", f.Job, "positions", j.positions)
+	return nil
+}
