@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +21,20 @@ import (
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/rings"
+	"github.com/c0mpute/c0mpute/functions/shard"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/ollamatest"
 	"github.com/c0mpute/c0mpute/infra/testenv"
 	"github.com/c0mpute/c0mpute/infra/testmodel"
+	"github.com/c0mpute/c0mpute/workerd/agent"
+	"github.com/c0mpute/c0mpute/workerd/backend"
 	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
 	"github.com/c0mpute/c0mpute/workerd/config"
 	"github.com/c0mpute/c0mpute/workerd/identity"
+	"github.com/c0mpute/c0mpute/workerd/ringmember"
 	"github.com/c0mpute/c0mpute/workerd/shardblob"
 )
 
@@ -444,6 +450,126 @@ func TestRingStageKilledMidJob(t *testing.T) {
 			}
 			if e.balance().Credits != credits-cm.Price {
 				t.Errorf("the user has %d credits, want %d", e.balance().Credits, credits-cm.Price)
+			}
+		})
+	}
+}
+
+// lyingRing is a ring member whose driver lies about the ring's work in
+// its done: what a cheating first stage, or a stage whose receipt went
+// wrong, would hand the gateway.
+type lyingRing struct {
+	*ringmember.Member
+	lie  func(d *relaymsg.RingDone)
+	last *relaymsg.RingDone // the previous job's settlement, for replays
+}
+
+func (l *lyingRing) Chat(ctx context.Context, job *relaymsg.Job, emit func(oaiwire.Delta) error) (backend.Result, *relaymsg.RingDone, error) {
+	res, done, err := l.Member.Chat(ctx, job, emit)
+	if err == nil && done != nil {
+		honest := *done
+		honest.Receipts = slices.Clone(done.Receipts)
+		l.lie(done)
+		if l.last != nil && done.Input == (shard.Hash{}) {
+			// A replay: the previous job's whole settlement.
+			done = l.last
+		}
+		l.last = &honest
+	}
+	return res, done, err
+}
+
+// noWholeModel is the backend of a member that serves ring stages only.
+type noWholeModel struct{}
+
+func (noWholeModel) Name() string                             { return "builtin" }
+func (noWholeModel) Models(context.Context) ([]string, error) { return nil, nil }
+func (noWholeModel) Chat(context.Context, string, *oaiwire.ChatRequest, func(oaiwire.Delta) error) (backend.Result, error) {
+	return backend.Result{}, errors.New("ring stages only")
+}
+
+// TestRingLiarsArePaidNothing: when the ring's settlement does not verify
+// — a stage receipt with a forged signature, an activation chain that does
+// not link up, the receipts of an earlier job replayed — nobody is paid,
+// the user is refunded, and the reply ends with ring_rejected. An honest
+// job on the same ring before each lie is paid.
+func TestRingLiarsArePaidNothing(t *testing.T) {
+	o := testmodel.Options{Seed: 9, Type: testmodel.Q8_0, Layers: 4, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}
+	for _, tc := range []struct {
+		name string
+		lie  func(d *relaymsg.RingDone)
+	}{
+		{"forged receipt signature", func(d *relaymsg.RingDone) { d.Receipts[len(d.Receipts)-1].Sig[0] ^= 1 }},
+		{"broken activation chain", func(d *relaymsg.RingDone) { d.Output[0] ^= 1 }},
+		{"receipts of an earlier job", func(d *relaymsg.RingDone) { d.Input = shard.Hash{} }},
+		{"a stage's receipt missing", func(d *relaymsg.RingDone) { d.Receipts = d.Receipts[:len(d.Receipts)-1] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			model := "ring-liar"
+			cm, _ := publishRing(t, model, o, 2)
+			const credits = 10_000
+			e := newEnv(t, envOptions{credits: credits, models: []catalog.Model{cm}, rings: ringTimeouts})
+			var accounts []string
+			var lying atomic.Bool
+			for i := range 2 {
+				ctx := context.Background()
+				account := fmt.Sprintf("%s-member-%d", e.account, i)
+				if err := e.store.CreateAccount(ctx, store.Account{ID: account, CreatedAt: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
+				accounts = append(accounts, account)
+				token, err := e.stack.IssueWorkerToken(ctx, account)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, key, err := ed25519.GenerateKey(rand.Reader)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := ringmember.NewMember(ringmember.MemberConfig{Key: key, Dir: t.TempDir(), Memory: 1 << 30,
+					Listen: "127.0.0.1:0", Advertise: "127.0.0.1:0", Uplink: 100_000_000, Log: testLog(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ring := &lyingRing{Member: m, lie: func(d *relaymsg.RingDone) {
+					if lying.Load() {
+						tc.lie(d)
+					}
+				}}
+				runCtx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				a := agent.New(agent.Config{RelayURL: e.stack.RelayURL, Token: token, Key: key, Backend: noWholeModel{}, Ring: ring,
+					Log: testLog(t), Version: "test", DrainTimeout: 5 * time.Second})
+				go func() { defer close(done); _ = a.Run(runCtx) }()
+				t.Cleanup(func() { cancel(); <-done; m.Close() })
+			}
+			e.waitRing(model, 2)
+			earned := func() (sum int64) {
+				for _, acct := range accounts {
+					a, err := e.store.GetAccount(context.Background(), acct)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sum += a.Earned
+				}
+				return sum
+			}
+			params, _ := ringCases()[0].request(model)
+			if _, err := e.client.Chat.Completions.New(context.Background(), params); err != nil {
+				t.Fatalf("the honest job: %v", err)
+			}
+			if got := earned(); got != cm.Price*70/100 {
+				t.Fatalf("the honest job paid the stages %d, want %d", got, cm.Price*70/100)
+			}
+			lying.Store(true)
+			_, err := e.client.Chat.Completions.New(context.Background(), params)
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.Code != "ring_rejected" {
+				t.Fatalf("the lying ring's job ended with %v, want the ring_rejected error", err)
+			}
+			e.waitFor("the refund", func() bool { return e.balance().Credits == credits-cm.Price })
+			if got := earned(); got != cm.Price*70/100 {
+				t.Errorf("after the lie the stages have earned %d, want the honest job's %d only", got, cm.Price*70/100)
 			}
 		})
 	}
