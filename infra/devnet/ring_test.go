@@ -350,28 +350,38 @@ func TestRingServesLikeTheWholeModel(t *testing.T) {
 // the same file.
 func TestRingAgainstOllama(t *testing.T) {
 	bin := buildWorkerd(t)
-	o := testmodel.Options{Seed: 9, Type: testmodel.Q8_0, Layers: 4, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}
-	model := "ring-vs-ollama"
-	srv := ollamatest.TinyModel(t, model, o)
-	cm, _ := publishRing(t, model, o, 3)
-	e := newEnv(t, envOptions{credits: 10_000, models: []catalog.Model{cm}, rings: ringTimeouts})
-	for i := range 3 {
-		e.startMember(t, bin, i)
-	}
-	e.waitRing(model, 3)
-	const n = 40
-	msgs := []map[string]string{{"role": "user", "content": "hello world, the cat sat on the mat"}}
-	want := srv.GreedyChat(t, model, msgs, n)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	resp, err := e.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model,
-		Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage(msgs[0]["content"])},
-		Temperature: openai.Float(0), MaxTokens: openai.Int(n)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resp.Choices[0].Message.Content; got != want {
-		t.Errorf("the ring and Ollama differ:\nring:   %q\nollama: %q", got, want)
+	for _, tc := range []struct {
+		name   string
+		o      testmodel.Options
+		stages int
+	}{
+		{"llama-q8_0-3", testmodel.Options{Seed: 9, Type: testmodel.Q8_0, Layers: 4, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}, 3},
+		{"qwen2-q4_k-2", testmodel.Options{Seed: 12, Type: testmodel.Q4_K, Arch: "qwen2", Layers: 4, Embedding: 256, FeedForward: 512, KVHeads: 2, Context: 512, ChatTemplate: ringTemplate}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			model := "ring-vs-ollama-" + tc.name
+			srv := ollamatest.TinyModel(t, model, tc.o)
+			cm, _ := publishRing(t, model, tc.o, tc.stages)
+			e := newEnv(t, envOptions{credits: 10_000, models: []catalog.Model{cm}, rings: ringTimeouts})
+			for i := range tc.stages {
+				e.startMember(t, bin, i)
+			}
+			e.waitRing(model, tc.stages)
+			const n = 40
+			msgs := []map[string]string{{"role": "user", "content": "hello world, the cat sat on the mat"}}
+			want := srv.GreedyChat(t, model, msgs, n)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			resp, err := e.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model,
+				Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage(msgs[0]["content"])},
+				Temperature: openai.Float(0), MaxTokens: openai.Int(n)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Choices[0].Message.Content; got != want {
+				t.Errorf("the ring and Ollama differ:\nring:   %q\nollama: %q", got, want)
+			}
+		})
 	}
 }
 
