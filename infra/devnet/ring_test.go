@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,13 +25,11 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/infra/ollamatest"
-	"github.com/c0mpute/c0mpute/infra/testenv"
 	"github.com/c0mpute/c0mpute/infra/testmodel"
 	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/backend"
 	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
 	"github.com/c0mpute/c0mpute/workerd/config"
-	"github.com/c0mpute/c0mpute/workerd/identity"
 	"github.com/c0mpute/c0mpute/workerd/ringmember"
 	"github.com/c0mpute/c0mpute/workerd/shardblob"
 )
@@ -98,44 +94,12 @@ func (e *env) startMemberAt(t testing.TB, bin string, i int, listen, advertise s
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	keyFile := filepath.Join(home, "worker-key.json")
-	key, err := identity.Create(keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &workerdProcess{pubkey: identity.Address(key), log: &testenv.Buffer{}}
-	p.cmd = exec.Command(bin, "run")
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "C0MPUTE_") && !strings.HasPrefix(kv, "OLLAMA_") && !strings.HasPrefix(kv, "HOME=") {
-			env = append(env, kv)
-		}
-	}
-	p.cmd.Env = append(env, "HOME="+home,
-		config.EnvHome+"="+home,
-		config.EnvRelayURL+"="+e.stack.RelayURL,
-		config.EnvToken+"="+token,
-		config.EnvKeyFile+"="+keyFile,
+	p := e.runWorkerd(t, bin, token, fmt.Sprintf("ring member %d", i),
 		config.EnvBackend+"=builtin",
 		config.EnvShard+"=1",
 		config.EnvShardMemory+"=1Gi",
 		config.EnvShardListen+"="+listen,
-		config.EnvShardAdvertise+"="+advertise,
-		config.EnvLogLevel+"=debug")
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !p.waited {
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("ring member %d (%s) log:\n%s", i, p.pubkey, p.log.String())
-		}
-	})
+		config.EnvShardAdvertise+"="+advertise)
 	return &ringMember{workerdProcess: p, account: account}
 }
 

@@ -579,6 +579,18 @@ func (e *env) startWorkerd(t *testing.T, bin, backendURL string) *workerdProcess
 		}
 		e.token = tok
 	}
+	return e.runWorkerd(t, bin, e.token, "workerd",
+		config.EnvBackend+"=ollama",
+		config.EnvBackendURL+"="+backendURL,
+		config.EnvModels+"="+tinyModel+"="+tinyModel)
+}
+
+// runWorkerd starts `workerd run` with a fresh home and identity, the
+// stack's relay and token, and settings (NAME=value), nothing inherited
+// from this process's C0MPUTE_, OLLAMA_ or HOME variables. The process is
+// killed when the test ends, and its log shown if the test failed.
+func (e *env) runWorkerd(t testing.TB, bin, token, what string, settings ...string) *workerdProcess {
+	t.Helper()
 	home := t.TempDir()
 	keyFile := filepath.Join(home, "worker-key.json")
 	key, err := identity.Create(keyFile)
@@ -593,15 +605,12 @@ func (e *env) startWorkerd(t *testing.T, bin, backendURL string) *workerdProcess
 			env = append(env, kv)
 		}
 	}
-	p.cmd.Env = append(env, "HOME="+home,
+	p.cmd.Env = append(append(env, "HOME="+home,
 		config.EnvHome+"="+home,
 		config.EnvRelayURL+"="+e.stack.RelayURL,
-		config.EnvToken+"="+e.token,
+		config.EnvToken+"="+token,
 		config.EnvKeyFile+"="+keyFile,
-		config.EnvBackend+"=ollama",
-		config.EnvBackendURL+"="+backendURL,
-		config.EnvModels+"="+tinyModel+"="+tinyModel,
-		config.EnvLogLevel+"=debug")
+		config.EnvLogLevel+"=debug"), settings...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -612,7 +621,7 @@ func (e *env) startWorkerd(t *testing.T, bin, backendURL string) *workerdProcess
 			_ = p.cmd.Wait()
 		}
 		if t.Failed() {
-			t.Logf("workerd %s log:\n%s", p.pubkey, p.log.String())
+			t.Logf("%s %s log:\n%s", what, p.pubkey, p.log.String())
 		}
 	})
 	return p
