@@ -3,6 +3,7 @@ package relayroutes_test
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -273,7 +274,7 @@ func TestRingMessagesRouted(t *testing.T) {
 	}
 	// Registering without the ring model leaves the ring.
 	fx.send(t, m.Conn, &relaymsg.Register{Models: []string{served}})
-	if w, _ := fx.st.GetWorker(t.Context(), m.Conn); !slices.Equal(w.Models, []string{served}) || fx.candidates(t) != (rings.State{Model: ringModel}) {
+	if w, _ := fx.st.GetWorker(t.Context(), m.Conn); !slices.Equal(w.Models, []string{served}) || !reflect.DeepEqual(fx.candidates(t), rings.State{Model: ringModel}) {
 		t.Fatalf("after dropping the ring model: %v, %+v", w.Models, fx.candidates(t))
 	}
 	fx.posts.take(t, m.Conn)
@@ -289,7 +290,7 @@ func TestRingMessagesRouted(t *testing.T) {
 		t.Fatalf("%+v", fx.candidates(t))
 	}
 	fx.disconnect(t, m.Conn)
-	if st := fx.candidates(t); st != (rings.State{Model: ringModel}) {
+	if st := fx.candidates(t); !reflect.DeepEqual(st, rings.State{Model: ringModel}) {
 		t.Fatalf("after the disconnect: %+v", st)
 	}
 	if _, ok := fx.f.JobRing(ringModel, "t"); ok {
