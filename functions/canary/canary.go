@@ -228,8 +228,12 @@ func (r *Runner) Pass(ctx context.Context) error {
 		}
 		reps[w.Conn] = rep
 		for _, m := range w.Models {
-			if cm, ok := r.cfg.Catalog.Resolve(m); ok && cm.Image != nil {
-				continue // canaries are chat prompts: an image model gets none
+			if cm, ok := r.cfg.Catalog.Resolve(m); ok && (cm.Image != nil || cm.Ring != nil) {
+				// Canaries are chat prompts: an image model gets none. A
+				// ring's work is proven by its stages' receipts, and a
+				// canary's verdict would credit or strike its first stage
+				// alone for the whole ring.
+				continue
 			}
 			byModel[m] = append(byModel[m], w)
 		}

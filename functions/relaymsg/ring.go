@@ -149,6 +149,12 @@ func RingNonce(ticket string) shard.Hash {
 	return sha256.Sum256([]byte("c0mpute-ring-nonce:v1:" + ticket))
 }
 
+// FailRingNotServing is the Fail code of a ring member handed a job of a
+// ring it does not drive (any more): the job moves; unlike
+// FailModelNotServed, the worker is not cut off, since a ring can disband
+// while a job is on its way.
+const FailRingNotServing = "ring_not_serving"
+
 // MaxRingReceipts bounds the stage receipts a Done carries.
 const MaxRingReceipts = MaxRingPeers
 

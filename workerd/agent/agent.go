@@ -440,6 +440,9 @@ func (a *Agent) connect(ctx context.Context, models map[string]string) (*session
 			a.cfg.Log.Info("registered", "conn", m.Conn, "models", m.Models)
 			s := newSession(a, ws, m.Conn, models)
 			s.batch = time.Duration(m.BatchMillis) * time.Millisecond
+			for _, o := range m.Ring {
+				s.ringModels[o.Model] = true
+			}
 			if a.cfg.Ring != nil {
 				a.cfg.Ring.Attach(m.Ring, s.send)
 			}

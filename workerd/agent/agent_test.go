@@ -298,6 +298,43 @@ func TestBackendErrorTextStaysLocal(t *testing.T) {
 	}
 }
 
+// idleRing is a ring member that drives no ring: the agent's side of
+// membership with the ring itself left out.
+type idleRing struct{ attached chan []relaymsg.RingOffer }
+
+func (r idleRing) Attach(offers []relaymsg.RingOffer, _ func(any) error) { r.attached <- offers }
+func (idleRing) Handle(any)                                              {}
+func (idleRing) Drives(string) bool                                      { return false }
+func (idleRing) Chat(context.Context, *relaymsg.Job, func(oaiwire.Delta) error) (backend.Result, *relaymsg.RingDone, error) {
+	return backend.Result{}, nil, errors.New("idle ring")
+}
+
+// TestRingJobNotDriven: a ring member handed a job of a ring it does not
+// drive (the ring disbanded while the job was on its way) fails it with
+// ring_not_serving, which moves the job without cutting the worker off —
+// not model_not_served; the register offered the worker as a ring member,
+// and the offers reached the member.
+func TestRingJobNotDriven(t *testing.T) {
+	t.Parallel()
+	r := newTestRelay(t)
+	r.ringOffers = []relaymsg.RingOffer{{Model: "big", BlobURL: "https://blobs.example/big"}}
+	be := newScriptedBackend([]string{"m"}, texts("hi"))
+	ring := idleRing{attached: make(chan []relaymsg.RingOffer, 1)}
+	startAgent(t, r, be, func(c *agent.Config) { c.Ring = ring })
+	reg := r.registered(1)
+	if m, ok := reg.msg.(*relaymsg.Register); !ok || !m.Ring {
+		t.Fatalf("registered with %+v, want a ring member's register", reg.msg)
+	}
+	if got := <-ring.attached; len(got) != 1 || got[0].Model != "big" {
+		t.Fatalf("the member was attached with %+v", got)
+	}
+	r.sendJob(reg.conn, "j", "big", "hello")
+	_, end := checkReply(t, r.waitEnd("j"), "j")
+	if f, ok := end.msg.(*relaymsg.Fail); !ok || f.Code != relaymsg.FailRingNotServing || f.Seq != 0 {
+		t.Fatalf("ended with %s, want fail %s seq 0", end, relaymsg.FailRingNotServing)
+	}
+}
+
 func TestModelNotServed(t *testing.T) {
 	t.Parallel()
 	r := newTestRelay(t)

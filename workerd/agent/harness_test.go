@@ -81,6 +81,9 @@ type testRelay struct {
 	refusal string // and this body
 	// registerError, when set, answers Register with this error code.
 	registerError string
+	// ringOffers are the ring models a registration offering the worker
+	// as a ring member is told of.
+	ringOffers []relaymsg.RingOffer
 	dials         []time.Time
 	nonces        map[string]bool
 	events        []event
@@ -191,7 +194,11 @@ func (r *testRelay) handle(_ context.Context, req events.APIGatewayWebsocketProx
 		if r.onRegister != nil {
 			r.onRegister(id)
 		}
-		b, err := relaymsg.Encode(&relaymsg.Registered{Conn: id, Models: reg.Models, BatchMillis: r.batchMillis})
+		ack := &relaymsg.Registered{Conn: id, Models: reg.Models, BatchMillis: r.batchMillis}
+		if reg.Ring {
+			ack.Ring = r.ringOffers
+		}
+		b, err := relaymsg.Encode(ack)
 		if err != nil {
 			return events.APIGatewayProxyResponse{}, err
 		}

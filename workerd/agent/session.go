@@ -25,6 +25,9 @@ type session struct {
 	models map[string]string
 	// batch is the chunk batching window the relay asked for.
 	batch time.Duration
+	// ringModels are the ring models this connection may be a member of
+	// (Registered.Ring).
+	ringModels map[string]bool
 
 	writeMu sync.Mutex
 
@@ -38,7 +41,7 @@ type session struct {
 }
 
 func newSession(a *Agent, ws *websocket.Conn, conn string, models map[string]string) *session {
-	return &session{a: a, ws: ws, conn: conn, born: time.Now(), models: models,
+	return &session{a: a, ws: ws, conn: conn, born: time.Now(), models: models, ringModels: map[string]bool{},
 		jobs: map[string]context.CancelFunc{}, dead: make(chan struct{})}
 }
 
@@ -182,7 +185,13 @@ func (s *session) start(job *relaymsg.Job) {
 	if !ok {
 		s.a.cfg.Observer.JobStarted(job.Model)
 		s.a.cfg.Observer.JobEnded(job.Model, OutcomeRefused, oaiwire.Usage{})
-		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: relaymsg.FailModelNotServed, Ticket: job.Ticket})
+		code := relaymsg.FailModelNotServed
+		if s.ringModels[job.Model] {
+			// A ring this worker no longer drives (disbanded a moment
+			// ago): the job moves, and the worker is not to blame.
+			code = relaymsg.FailRingNotServing
+		}
+		_ = s.send(&relaymsg.Fail{Job: job.Job, To: job.ReplyTo, Code: code, Ticket: job.Ticket})
 		return
 	}
 	// A job outlives a drain and a shutdown signal, but not the gateway's
