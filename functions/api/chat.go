@@ -758,7 +758,13 @@ func (j *jobRun) complete(m *relaymsg.Done) (oaiwire.Usage, error) {
 	// not for finishing.
 	if !j.job.Canary {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		c.Earning = s.earningFor(ctx, j.job.Price, j.workerAccount, now)
+		account := j.workerAccount
+		if j.model.Ring != nil {
+			// A ring's stages are several accounts: its earning is the
+			// base share (a stake boost is one account's).
+			account = ""
+		}
+		c.Earning = s.earningFor(ctx, j.job.Price, account, now)
 		cancel()
 	}
 	if j.model.Ring != nil {
