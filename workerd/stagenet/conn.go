@@ -33,6 +33,18 @@ const (
 	// DefaultHandshakeTimeout bounds dialling plus the TLS handshake,
 	// and how long a listener waits for a silent peer.
 	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxConnsPerPeer bounds a Listener's open connections from
+	// one key: a ring member needs one from its previous stage and one
+	// per probe, and a redial may briefly overlap the connection it
+	// replaces.
+	DefaultMaxConnsPerPeer = 4
+	// DefaultMaxConns bounds a Listener's open connections in all: a
+	// ring has a handful of members, each holding a few connections.
+	DefaultMaxConns = 64
+	// DefaultIdleTimeout is how long a Listener's connection may send
+	// nothing, not even a ping, before it is closed; a dialled
+	// connection pings at a quarter of it.
+	DefaultIdleTimeout = 2 * time.Minute
 
 	// readBuffer is the fixed read buffer of a connection: large enough
 	// that small frames cost one read, small next to a payload.
@@ -56,12 +68,16 @@ type config struct {
 	MaxPayload       int           `validate:"min=1,max=4294967295"`
 	WriteTimeout     time.Duration `validate:"gt=0"`
 	HandshakeTimeout time.Duration `validate:"gt=0"`
+	MaxConnsPerPeer  int           `validate:"min=1"`
+	MaxConns         int           `validate:"min=1"`
+	IdleTimeout      time.Duration `validate:"min=1ms"`
 	log              *slog.Logger
 }
 
 // optionOf names the option behind a config field, for messages.
 var optionOf = map[string]string{
 	"MaxPayload": "WithMaxPayload", "WriteTimeout": "WithWriteTimeout", "HandshakeTimeout": "WithHandshakeTimeout",
+	"MaxConnsPerPeer": "WithMaxConnsPerPeer", "MaxConns": "WithMaxConns", "IdleTimeout": "WithIdleTimeout",
 }
 
 var validate = validator.New()
@@ -79,6 +95,26 @@ func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.Write
 // DefaultHandshakeTimeout).
 func WithHandshakeTimeout(d time.Duration) Option { return func(c *config) { c.HandshakeTimeout = d } }
 
+// WithMaxConnsPerPeer sets how many connections a Listener keeps open
+// from one peer key (default DefaultMaxConnsPerPeer); one more is closed
+// right after its handshake and reported by Accept. Dial ignores it.
+func WithMaxConnsPerPeer(n int) Option { return func(c *config) { c.MaxConnsPerPeer = n } }
+
+// WithMaxConns sets how many connections a Listener keeps open in all,
+// taken by Accept or waiting for it (default DefaultMaxConns); one more
+// is closed right after its handshake and reported by Accept. Dial
+// ignores it.
+func WithMaxConns(n int) Option { return func(c *config) { c.MaxConns = n } }
+
+// WithIdleTimeout sets how long a connection a Listener accepted may send
+// nothing — no frame, no ping — before it is closed (default
+// DefaultIdleTimeout, at least 1ms); its Recv then returns an error
+// naming the timeout. A dialled connection is not closed for silence:
+// it pings whenever it has sent nothing for a quarter of its own idle
+// timeout (it checks at that interval, so the longest silence is half the
+// timeout), so that a listener with the same or a longer one keeps it.
+func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.IdleTimeout = d } }
+
 // WithLogger sets the logger; the default discards. Connections log their
 // lifecycle and failures, never payloads.
 func WithLogger(l *slog.Logger) Option {
@@ -92,6 +128,7 @@ func WithLogger(l *slog.Logger) Option {
 func newConfig(opts []Option) (config, error) {
 	c := config{
 		MaxPayload: DefaultMaxPayload, WriteTimeout: DefaultWriteTimeout, HandshakeTimeout: DefaultHandshakeTimeout,
+		MaxConnsPerPeer: DefaultMaxConnsPerPeer, MaxConns: DefaultMaxConns, IdleTimeout: DefaultIdleTimeout,
 		log: slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
@@ -124,9 +161,15 @@ func bound(tag string) string {
 	return tag
 }
 
+// ErrTooManyConns is wrapped by the *HandshakeError Accept returns for a
+// connection refused after its handshake because its key, or the
+// listener, already holds as many connections as allowed.
+var ErrTooManyConns = errors.New("stagenet: too many connections")
+
 // HandshakeError is what Accept returns for a connection whose handshake
-// failed: a refused key, a wrong protocol, a silent peer. The listener
-// stays open; log it and call Accept again.
+// failed: a refused key, a wrong protocol, a silent peer, or a peer over
+// the connection limits (wrapping ErrTooManyConns). The listener stays
+// open; log it and call Accept again.
 type HandshakeError struct {
 	// Addr is the peer's address.
 	Addr string
@@ -155,6 +198,12 @@ type Listener struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 	cause  error
+
+	// connMu guards the count of open accepted connections, in all and
+	// per key: from a handshake's success until the connection closes.
+	connMu sync.Mutex
+	conns  int
+	byPeer map[shard.PublicKey]int
 }
 
 // accepted is one handshake's outcome, waiting for Accept.
@@ -185,6 +234,7 @@ func Listen(addr string, key ed25519.PrivateKey, allow func(shard.PublicKey) boo
 	l := &Listener{
 		ln: ln, cert: cert, allow: allow, cfg: cfg,
 		results: make(chan accepted), slots: make(chan struct{}, maxHandshakes),
+		byPeer: map[shard.PublicKey]int{},
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
@@ -196,8 +246,10 @@ func Listen(addr string, key ed25519.PrivateKey, allow func(shard.PublicKey) boo
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
 // Accept returns the next authenticated connection. For a connection
-// whose handshake failed it returns a *HandshakeError, and the listener
-// goes on; once the listener is closed, an error wrapping net.ErrClosed.
+// whose handshake failed, or that would exceed WithMaxConnsPerPeer or
+// WithMaxConns (it is closed), it returns a *HandshakeError, and the
+// listener goes on; once the listener is closed, an error wrapping
+// net.ErrClosed.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	select {
 	case r := <-l.results:
@@ -289,6 +341,9 @@ func (l *Listener) handshake(raw net.Conn) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	err := tc.HandshakeContext(ctx)
 	cancel()
+	if err == nil {
+		err = l.admit(peer)
+	}
 	if err != nil {
 		_ = raw.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -297,7 +352,7 @@ func (l *Listener) handshake(raw net.Conn) {
 		l.cfg.log.Debug("stage handshake failed", "addr", addr, "err", err)
 		r.err = &HandshakeError{Addr: addr, Err: err}
 	} else {
-		r.c = newConn(tc, peer, addr, l.cfg)
+		r.c = newConn(tc, peer, addr, l.cfg, func() { l.release(peer) })
 	}
 	select {
 	case l.results <- r:
@@ -305,6 +360,32 @@ func (l *Listener) handshake(raw net.Conn) {
 		if r.c != nil {
 			_ = r.c.Close()
 		}
+	}
+}
+
+// admit counts a new connection from peer, or refuses it when peer or the
+// listener already holds as many as allowed.
+func (l *Listener) admit(peer shard.PublicKey) error {
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
+	if n := l.byPeer[peer]; n >= l.cfg.MaxConnsPerPeer {
+		return fmt.Errorf("peer %s: %w: it already has %d open, the most one key may hold (WithMaxConnsPerPeer)", peer, ErrTooManyConns, n)
+	}
+	if l.conns >= l.cfg.MaxConns {
+		return fmt.Errorf("peer %s: %w: the listener already holds %d, its limit (WithMaxConns)", peer, ErrTooManyConns, l.conns)
+	}
+	l.conns++
+	l.byPeer[peer]++
+	return nil
+}
+
+// release uncounts a closed connection from peer.
+func (l *Listener) release(peer shard.PublicKey) {
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
+	l.conns--
+	if l.byPeer[peer]--; l.byPeer[peer] <= 0 {
+		delete(l.byPeer, peer)
 	}
 }
 
@@ -334,7 +415,7 @@ func Dial(ctx context.Context, addr string, key ed25519.PrivateKey, peer shard.P
 		_ = raw.Close()
 		return nil, fmt.Errorf("stagenet: handshake with peer %s at %s: %w", peer, addr, err)
 	}
-	return newConn(tc, peer, addr, cfg), nil
+	return newConn(tc, peer, addr, cfg, nil), nil
 }
 
 // Conn is an authenticated stage connection. Send is safe for concurrent
@@ -342,6 +423,12 @@ func Dial(ctx context.Context, addr string, key ed25519.PrivateKey, peer shard.P
 // A connection that carries large frames both ways should Send and Recv
 // from different goroutines: two members that each block in Send, neither
 // reading, wait for each other until the write timeout.
+//
+// A connection a Listener accepted is closed when its peer sends nothing
+// for the idle timeout while this side reads; a dialled one pings when it
+// has sent nothing for a quarter of its idle timeout (at most half of it
+// passes without a frame), which keeps it open at a listener whose idle
+// timeout is no shorter.
 type Conn struct {
 	tc   *tls.Conn
 	peer shard.PublicKey
@@ -363,20 +450,37 @@ type Conn struct {
 	pingMu sync.Mutex
 	pings  map[uint64]chan struct{}
 	nonce  atomic.Uint64
+
+	// release uncounts the connection at its listener when it closes;
+	// nil for a dialled connection. accepted: release is set.
+	release  func()
+	accepted bool
+	// sent counts the frames written, for the keep-alive.
+	sent atomic.Uint64
+	// waiting is the payload bytes the reader still awaits inside a
+	// frame; 0 between frames.
+	waiting atomic.Int64
 }
 
-func newConn(tc *tls.Conn, peer shard.PublicKey, addr string, cfg config) *Conn {
+// newConn starts a connection's goroutines. release is the listener's
+// count of an accepted connection, nil for a dialled one.
+func newConn(tc *tls.Conn, peer shard.PublicKey, addr string, cfg config, release func()) *Conn {
 	c := &Conn{
 		tc: tc, peer: peer, addr: addr, cfg: cfg,
 		wsem: make(chan struct{}, 1), wbuf: make([]byte, 0, HeaderSize+MaxJob+oneWrite),
 		frames: make(chan Frame), pongs: make(chan [nonceSize]byte, 1), closed: make(chan struct{}),
-		pings: map[uint64]chan struct{}{},
+		pings:   map[uint64]chan struct{}{},
+		release: release, accepted: release != nil,
 	}
 	c.cfg.log = cfg.log.With("peer", peer.String(), "addr", addr)
 	c.cfg.log.Debug("stage connection open")
 	c.wg.Add(2)
 	go c.readLoop()
 	go c.pongLoop()
+	if !c.accepted {
+		c.wg.Add(1)
+		go c.keepAlive()
+	}
 	return c
 }
 
@@ -465,14 +569,19 @@ func (c *Conn) write(f *Frame) error {
 	b := appendHeader(c.wbuf[:0], f)
 	if len(f.Payload) <= oneWrite {
 		b = append(b, f.Payload...)
-		_, err := c.tc.Write(b)
-		return err
+		if _, err := c.tc.Write(b); err != nil {
+			return err
+		}
+	} else {
+		if _, err := c.tc.Write(b); err != nil {
+			return err
+		}
+		if _, err := c.tc.Write(f.Payload); err != nil {
+			return err
+		}
 	}
-	if _, err := c.tc.Write(b); err != nil {
-		return err
-	}
-	_, err := c.tc.Write(f.Payload)
-	return err
+	c.sent.Add(1)
+	return nil
 }
 
 // Recv returns the next frame, whose payload is at most the connection's
@@ -538,6 +647,11 @@ func (c *Conn) shut(cause error) error {
 	var err error
 	c.once.Do(func() {
 		c.cause = cause
+		// Uncounted before closed is: whoever sees the connection
+		// closed may connect again at once.
+		if c.release != nil {
+			c.release()
+		}
 		close(c.closed)
 		// The TCP connection, not the TLS one: tls.Conn.Close first
 		// sends close_notify, which can block five seconds on a peer
@@ -564,9 +678,13 @@ func (c *Conn) readLoop() {
 			c.shut(fmt.Errorf("internal error: reader panicked: %v", p))
 		}
 	}()
-	br := bufio.NewReaderSize(c.tc, readBuffer)
+	var src io.Reader = c.tc
+	if c.accepted {
+		src = idleReader{c}
+	}
+	br := bufio.NewReaderSize(src, readBuffer)
 	for {
-		f, err := ReadFrame(br, c.cfg.MaxPayload)
+		f, err := readFrame(br, c.cfg.MaxPayload, &c.waiting)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("connection closed by the peer: %w", err)
@@ -621,5 +739,58 @@ func (c *Conn) pongLoop() {
 		case <-c.closed:
 			return
 		}
+	}
+}
+
+// idleReader reads an accepted connection: each read must bring bytes
+// within the idle timeout. The deadline is set afresh before every read,
+// so a frame that arrives slowly in small pieces is not cut off, and time
+// this side spends not reading (its application not in Recv) never
+// counts against the peer.
+type idleReader struct{ c *Conn }
+
+func (r idleReader) Read(p []byte) (int, error) {
+	if err := r.c.tc.SetReadDeadline(time.Now().Add(r.c.cfg.IdleTimeout)); err != nil {
+		return 0, err
+	}
+	n, err := r.c.tc.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("peer sent nothing for %s, not even a ping (WithIdleTimeout): %w", r.c.cfg.IdleTimeout, err)
+	}
+	return n, err
+}
+
+// keepAlive pings a dialled connection when it has sent nothing since the
+// last check, every quarter of the idle timeout (so no more than half of
+// it passes without a frame), so that the listener, which closes a
+// connection that sends nothing for its idle timeout, keeps it open. The
+// pong, matching no Ping, is dropped by readLoop.
+func (c *Conn) keepAlive() {
+	defer c.wg.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.log.Error("stage connection keep-alive panicked", "panic", p)
+			c.shut(fmt.Errorf("internal error: keep-alive panicked: %v", p))
+		}
+	}()
+	t := time.NewTicker(c.cfg.IdleTimeout / 4)
+	defer t.Stop()
+	last := c.sent.Load()
+	for {
+		select {
+		case <-t.C:
+		case <-c.closed:
+			return
+		}
+		if n := c.sent.Load(); n != last {
+			last = n
+			continue
+		}
+		var nonce [nonceSize]byte
+		binary.LittleEndian.PutUint64(nonce[:], c.nonce.Add(1))
+		if err := c.send(context.Background(), &Frame{Kind: KindPing, Payload: nonce[:]}); err != nil {
+			return
+		}
+		last = c.sent.Load()
 	}
 }

@@ -480,6 +480,9 @@ func TestInputs(t *testing.T) {
 		{"max payload over wire", listenErr(m.key, allowOnly(), stagenet.WithMaxPayload(1<<32)), "WithMaxPayload(4294967296) must be at most 4294967295"},
 		{"write timeout", dialErr(ctx, m.key, m.pub, stagenet.WithWriteTimeout(-time.Second)), "WithWriteTimeout(-1s) must be more than 0"},
 		{"handshake timeout", dialErr(ctx, m.key, m.pub, stagenet.WithHandshakeTimeout(0)), "WithHandshakeTimeout(0s) must be more than 0"},
+		{"conns per peer", listenErr(m.key, allowOnly(), stagenet.WithMaxConnsPerPeer(0)), "WithMaxConnsPerPeer(0) must be at least 1"},
+		{"conns", listenErr(m.key, allowOnly(), stagenet.WithMaxConns(-1)), "WithMaxConns(-1) must be at least 1"},
+		{"idle timeout", listenErr(m.key, allowOnly(), stagenet.WithIdleTimeout(time.Microsecond)), "WithIdleTimeout(1µs) must be at least 1ms"},
 		{"dial zero peer", dialErr(ctx, m.key, shard.PublicKey{}), "no peer key to expect"},
 		{"dial short key", dialErr(ctx, m.key[:32], m.pub), "identity key of 32 bytes"},
 	} {

@@ -51,12 +51,17 @@
 // A decoder refuses (with an error wrapping ErrFrame) a bad magic, version
 // or kind; a job id that is empty (except for ping and pong, whose id
 // must be empty), longer than 64 bytes or not printable ASCII; a payload
-// longer than the reader's limit, checked before anything is allocated; a
+// longer than the reader's limit, checked before anything is read; a
 // hash that does not match; a truncate frame with a payload; a tokens
 // payload that is not whole u32s; a ping or pong payload that is not an
 // 8-byte nonce; and an error payload over 1024 bytes or not UTF-8. The
 // rest of a payload's content is the runtime's to check.
 // testdata/frame.golden pins the encoding of one frame of each kind.
+//
+// A reader allocates a payload as its bytes arrive, never the length the
+// header announces: a first chunk of at most 64 KiB, then chunks of at
+// most 1 MiB, joined once the last byte is in. A peer that announces a
+// large payload and sends nothing more costs one chunk.
 //
 // # Connections
 //
@@ -74,6 +79,20 @@
 // connects and says nothing holds up no one and is dropped at the
 // handshake timeout. Accept returns a *HandshakeError for each connection
 // refused, and goes on accepting.
+//
+// Any key the allow function accepts can connect, so a Listener bounds
+// what one can hold: at most WithMaxConnsPerPeer connections per key
+// (default 4) and WithMaxConns in all (default 64), counted from the
+// handshake until the connection closes; one over either limit is closed
+// right after its handshake, and Accept reports it with a
+// *HandshakeError wrapping ErrTooManyConns that names the key. A
+// connection a Listener accepted is closed when its peer sends nothing —
+// no frame, no ping, not a byte of a frame — for WithIdleTimeout (default
+// 2 min) while this side is reading; its Recv then returns an error
+// naming the timeout. Time this side spends not reading (a frame waiting
+// for Recv) does not count. A dialled connection is never closed for
+// silence: it pings when it has sent nothing for a quarter of its own
+// idle timeout, so that with equal settings the listener keeps it.
 //
 // A peer that sends a malformed frame is cut off: the connection closes
 // and Recv returns the error, which wraps ErrFrame. A Send that fails

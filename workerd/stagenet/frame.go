@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -301,11 +302,31 @@ func DecodeFrame(b []byte, maxPayload int) (f Frame, n int, err error) {
 	return f, end, nil
 }
 
+// Payload reads allocate as the bytes arrive, never the length a header
+// announces: a peer that announces a payload and sends nothing costs
+// this side one chunk, not the announced size.
+const (
+	// firstChunk is the most a payload's first allocation takes: every
+	// small frame (a decode step's hidden states, tokens) fits in it.
+	firstChunk = 64 << 10
+	// payloadChunk bounds each further allocation of a large payload.
+	payloadChunk = 1 << 20
+)
+
 // ReadFrame reads one frame from r, refusing a payload over maxPayload
-// bytes before allocating it. It returns io.EOF when r ends at a frame
-// boundary and an error wrapping io.ErrUnexpectedEOF when it ends inside
-// one; every error about the bytes themselves wraps ErrFrame.
+// bytes before reading it. The payload is allocated as its bytes arrive,
+// in chunks of at most 1 MiB, so a header that announces a large payload
+// and is followed by nothing costs one chunk. It returns io.EOF when r
+// ends at a frame boundary and an error wrapping io.ErrUnexpectedEOF when
+// it ends inside one; every error about the bytes themselves wraps
+// ErrFrame.
 func ReadFrame(r *bufio.Reader, maxPayload int) (Frame, error) {
+	return readFrame(r, maxPayload, nil)
+}
+
+// readFrame is ReadFrame; waiting, when not nil, holds the payload bytes
+// still awaited while the reader is inside a payload (0 otherwise).
+func readFrame(r *bufio.Reader, maxPayload int, waiting *atomic.Int64) (Frame, error) {
 	var hb [HeaderSize + MaxJob]byte
 	if _, err := io.ReadFull(r, hb[:HeaderSize]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -326,14 +347,49 @@ func ReadFrame(r *bufio.Reader, maxPayload int) (Frame, error) {
 	}
 	var payload []byte
 	if h.payloadLen > 0 {
-		// The length was checked against maxPayload above: this is the
-		// one allocation a peer's header decides, and it is bounded.
-		payload = make([]byte, h.payloadLen)
-		if _, err := io.ReadFull(r, payload); err != nil {
-			return Frame{}, fmt.Errorf("stagenet: %s frame payload: %w", h.kind, eofInside(err))
+		payload, err = readPayload(r, h.payloadLen, waiting)
+		if err != nil {
+			return Frame{}, fmt.Errorf("stagenet: %s frame payload: %w", h.kind, err)
 		}
 	}
 	return h.finish(string(job), payload)
+}
+
+// readPayload reads an n-byte payload (n already checked against the
+// reader's limit) into memory allocated as the bytes arrive: a first
+// chunk of at most firstChunk bytes, then chunks of at most payloadChunk,
+// joined once all have arrived. What is allocated before the last byte is
+// never more than what has arrived plus one chunk.
+func readPayload(r *bufio.Reader, n int, waiting *atomic.Int64) ([]byte, error) {
+	if waiting != nil {
+		defer waiting.Store(0)
+	}
+	var chunks [][]byte
+	got := 0
+	for got < n {
+		size := min(n-got, payloadChunk)
+		if got == 0 {
+			size = min(n, firstChunk)
+		}
+		chunk := make([]byte, size)
+		if waiting != nil {
+			waiting.Store(int64(n - got))
+		}
+		m, err := io.ReadFull(r, chunk)
+		got += m
+		if err != nil {
+			return nil, fmt.Errorf("%d of %d bytes read: %w", got, n, eofInside(err))
+		}
+		chunks = append(chunks, chunk)
+	}
+	if len(chunks) == 1 {
+		return chunks[0], nil
+	}
+	payload := make([]byte, 0, n)
+	for _, c := range chunks {
+		payload = append(payload, c...)
+	}
+	return payload, nil
 }
 
 // eofInside turns an EOF inside a frame into io.ErrUnexpectedEOF.
