@@ -84,10 +84,10 @@ type testRelay struct {
 	// ringOffers are the ring models a registration offering the worker
 	// as a ring member is told of.
 	ringOffers []relaymsg.RingOffer
-	dials         []time.Time
-	nonces        map[string]bool
-	events        []event
-	rejected      []string // why a $connect or message was refused
+	dials      []time.Time
+	nonces     map[string]bool
+	events     []event
+	rejected   []string // why a $connect or message was refused
 	// requests is the request hash of each job posted, by job id.
 	requests map[string]string
 }
