@@ -290,8 +290,10 @@ func (s *session) run(ctx context.Context, end time.Time, job *relaymsg.Job, mod
 		// goes, like one cut by max_tokens, and is delivered as such.
 		log.Info("job done at its deadline", "completion_tokens", b.deltas(), "ms", time.Since(started).Milliseconds())
 		outcome, usage = OutcomeDeadline, oaiwire.Usage{CompletionTokens: b.deltas()}
+		// A ring closes itself on the way out, so that its stages'
+		// receipts settle the job as far as it went.
 		b.end(&relaymsg.Done{Job: job.Job, To: job.ReplyTo, FinishReason: oaiwire.FinishLength,
-			Usage: usage, Ticket: job.Ticket})
+			Usage: usage, Ticket: job.Ticket, Ring: ring})
 	case ctx.Err() != nil:
 		// Cancelled by the gateway or past the deadline: the gateway has
 		// settled the job already; an answer would go nowhere.
