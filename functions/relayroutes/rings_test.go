@@ -116,7 +116,7 @@ func newRingFixture(t *testing.T, withRings bool) *ringFixture {
 		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return t0 }}
 	if withRings {
 		fx.f, err = rings.New(rings.Config{Key: ringtest.Key("gateway"), Catalog: cat, Post: fx.posts, Store: st, Dispatch: noDispatch{},
-			AfterFunc: fx.timers.AfterFunc, Log: slog.New(slog.DiscardHandler)})
+			AfterFunc: fx.timers.AfterFunc, Log: slog.New(slog.DiscardHandler), AllowPrivateAddrs: true})
 		must(t, err)
 		t.Cleanup(fx.f.Close)
 		must(t, fx.f.Load(t.Context()))

@@ -15,18 +15,48 @@ import (
 	"github.com/c0mpute/c0mpute/functions/store"
 )
 
-// changed reacts to a change of rm's candidates: with no plan, any attempt
-// in progress is dropped and a new one waits for Debounce of quiet. A plan
-// assigned or serving is kept; newcomers wait for the next formation.
-func (f *Former) changed(rm *ringModel) {
+// changed reacts to a change of rm's candidates (conns are the
+// connections that announced, moved or left): with no plan, an attempt in
+// progress is dropped and a new one waits for Debounce of quiet — but no
+// longer than MaxWait after the candidates reached min_stages. Past
+// MaxWait a probe runs on unless one of its own participants changed, and
+// the change waits for the next attempt. A plan assigned or serving is
+// kept; newcomers wait for the next formation. Under rm.mu.
+func (f *Former) changed(rm *ringModel, conns ...string) {
 	if rm.cur != nil {
 		return
 	}
-	if rm.probe != nil {
+	now := f.cfg.Now()
+	if len(rm.cands) < rm.spec.MinStages {
+		rm.since = time.Time{}
+	} else if rm.since.IsZero() {
+		rm.since = now
+	}
+	if p := rm.probe; p != nil {
+		own := slices.ContainsFunc(conns, func(c string) bool { return slices.Contains(p.conns, c) })
+		if !own && !rm.since.IsZero() && !now.Before(rm.since.Add(f.cfg.MaxWait)) {
+			rm.late = true
+			return
+		}
 		rm.probe = nil
 		stop(&rm.deadline)
 	}
-	f.schedule(rm, f.cfg.Debounce)
+	d := f.cfg.Debounce
+	if !rm.since.IsZero() {
+		d = max(min(d, rm.since.Add(f.cfg.MaxWait).Sub(now)), 0)
+	}
+	f.schedule(rm, d)
+}
+
+// ended closes an attempt that probed: the next change starts a new wait,
+// and a change that came in while the probe ran on is acted on now. Under
+// rm.mu.
+func (f *Former) ended(rm *ringModel) {
+	rm.since = time.Time{}
+	if rm.late {
+		rm.late = false
+		f.changed(rm)
+	}
 }
 
 // schedule (re)starts the wait before the next attempt.
@@ -63,31 +93,57 @@ func (f *Former) after(d time.Duration, fn func(ctx context.Context)) func() boo
 	})
 }
 
-// attempt starts a formation from the candidates (less those left out of
-// this attempt), fastest first, at most MaxAttempt; under rm.mu.
+// attempt starts a formation from the candidates, fastest first, at most
+// MaxAttempt. Left out: those excluded from this attempt, those benched
+// (Rejected) and those whose identity or token is not in good standing
+// (read here, as nothing tells the Former when a verdict changes it) or
+// whose standing cannot be read. Under rm.mu.
 func (f *Former) attempt(ctx context.Context, rm *ringModel) {
 	if rm.cur != nil || rm.probe != nil {
 		return
 	}
+	now := f.cfg.Now()
 	excluded := rm.exclude
 	rm.exclude = map[string]bool{}
-	var parts []*candidate
-	for conn, c := range rm.cands {
-		if !excluded[conn] {
-			parts = append(parts, c)
+	for node, until := range rm.benched {
+		if !now.Before(until) {
+			delete(rm.benched, node)
 		}
 	}
-	slices.SortFunc(parts, func(a, b *candidate) int {
+	var pool []*candidate
+	for conn, c := range rm.cands {
+		if _, benched := rm.benched[c.node]; !excluded[conn] && !benched {
+			pool = append(pool, c)
+		}
+	}
+	slices.SortFunc(pool, func(a, b *candidate) int {
 		if c := cmp.Compare(a.cap.LayerMicros, b.cap.LayerMicros); c != 0 {
 			return c
 		}
 		return bytes.Compare(a.node[:], b.node[:])
 	})
-	partial := len(parts) < len(rm.cands) || len(parts) > MaxAttempt
-	parts = parts[:min(len(parts), MaxAttempt)]
+	var parts []*candidate
+	for _, c := range pool {
+		if len(parts) == MaxAttempt {
+			break
+		}
+		st, err := f.standing(ctx, c.conn, c.account, c.pubkey)
+		if err != nil {
+			f.log.Warn("ring candidate left out: its standing could not be read", "model", rm.id, "conn", c.conn, "err", err)
+			continue
+		}
+		if st != store.StandingActive {
+			f.log.Info("ring candidate left out: not in good standing", "model", rm.id, "conn", c.conn, "node", c.node, "standing", st)
+			continue
+		}
+		parts = append(parts, c)
+	}
+	partial := len(parts) < len(rm.cands)
 	if len(parts) < rm.spec.MinStages {
+		rm.since = time.Time{} // no probe to see through: the next change waits Debounce again
 		if partial && len(rm.cands) >= rm.spec.MinStages {
-			f.log.Info("ring attempt waits: too few candidates without those left out", "model", rm.id, "candidates", len(rm.cands), "left_out", len(excluded), "retry_in", f.cfg.Retry)
+			f.log.Info("ring attempt waits: too few candidates without those left out", "model", rm.id, "candidates", len(rm.cands),
+				"left_out", len(rm.cands)-len(parts), "retry_in", f.cfg.Retry)
 			f.schedule(rm, f.cfg.Retry)
 		}
 		return
@@ -120,17 +176,51 @@ func (f *Former) attempt(ctx context.Context, rm *ringModel) {
 			}
 			rm.probe = nil
 			rm.deadline = nil
-			var late []string
-			for _, conn := range p.conns {
-				if _, in := p.rows[conn]; !in {
-					late = append(late, conn)
-					rm.exclude[conn] = true
-				}
+			late, unreachable := p.blame()
+			out, rule := late, "the candidates that sent no rtt row sit out the next attempt"
+			if len(unreachable) > 0 {
+				out, rule = unreachable, "the candidates no row reached sit out the next attempt"
 			}
-			f.log.Warn("ring probe timed out; the candidates that sent no rtt row sit out the next attempt", "model", rm.id, "attempt", p.id, "late", late)
+			for _, conn := range out {
+				rm.exclude[conn] = true
+			}
+			f.log.Warn("ring probe timed out; "+rule, "model", rm.id, "attempt", p.id, "late", late, "unreachable", unreachable)
+			rm.late = false
+			rm.since = time.Time{}
 			f.schedule(rm, f.cfg.Debounce)
 		})
 	})
+}
+
+// blame says who is at fault when a probe's deadline passes: late are the
+// participants that sent no row; unreachable those that no row received
+// from another participant lists, when at least one such row came. An
+// unreachable candidate is the one to leave out: the honest are late
+// because they are still dialling it (a row lists only the peers its
+// member reached), while it answers at once. Only when every candidate is
+// reached by some row — or no row says anything about it — are the late
+// ones left out.
+func (p *probing) blame() (late, unreachable []string) {
+	for _, conn := range p.conns {
+		if _, in := p.rows[conn]; !in {
+			late = append(late, conn)
+		}
+	}
+	for node, conn := range p.nodes {
+		heard, reached := false, false
+		for from, row := range p.rows {
+			if from == conn {
+				continue
+			}
+			heard = true
+			reached = reached || slices.ContainsFunc(row.Peers, func(r shard.RTTPeer) bool { return r.To == node })
+		}
+		if heard && !reached {
+			unreachable = append(unreachable, conn)
+		}
+	}
+	slices.Sort(unreachable)
+	return late, unreachable
 }
 
 // plan computes the ring from the probe's rows and assigns it; under
@@ -139,6 +229,7 @@ func (f *Former) plan(ctx context.Context, rm *ringModel) {
 	p := rm.probe
 	rm.probe = nil
 	stop(&rm.deadline)
+	defer f.ended(rm)
 	now := f.cfg.Now().UnixMilli()
 	in := shard.Inputs{Model: rm.desc}
 	in.Params = shard.Params{Model: rm.offer.Hash, Admission: "open", VRAMFloorBytes: 1, ContextTokens: rm.spec.ContextTokens,
@@ -150,6 +241,9 @@ func (f *Former) plan(ctx context.Context, rm *ringModel) {
 	byNode := map[shard.PublicKey]*candidate{}
 	for _, conn := range p.conns {
 		c := rm.cands[conn]
+		if c == nil {
+			continue // gone since the probe (changed drops the probe then; this is a guard)
+		}
 		byNode[c.node] = c
 		in.Capabilities = append(in.Capabilities, c.cap)
 		if row, ok := p.rows[conn]; ok {
@@ -228,10 +322,9 @@ func (f *Former) serve(ctx context.Context, rm *ringModel, fm *formed) {
 	}
 	fm.serving = true
 	rm.live.Store(fm)
-	rm.recent = append(rm.recent, fm)
-	if len(rm.recent) > RecentPlans {
-		rm.recent = slices.Delete(rm.recent, 0, len(rm.recent)-RecentPlans)
-	}
+	recent := append(slices.Clone(*rm.recent.Load()), fm)
+	recent = recent[max(len(recent)-RecentPlans, 0):]
+	rm.recent.Store(&recent)
 	for _, c := range fm.members {
 		f.post(ctx, c.conn, &relaymsg.RingServe{Model: rm.id, Hash: fm.hash})
 	}
@@ -244,6 +337,11 @@ func (f *Former) addToDriver(ctx context.Context, rm *ringModel, fm *formed) err
 	w, err := f.cfg.Store.GetWorker(ctx, fm.driver)
 	if err != nil {
 		return fmt.Errorf("read stage 0's worker record: %w", err)
+	}
+	if w.Quarantined() {
+		// Dispatch gives it canaries only: the ring would show as serving
+		// and never take a job.
+		return fmt.Errorf("stage 0 (%s) is %s", w.Pubkey, w.Standing)
 	}
 	models := append(slices.DeleteFunc(slices.Clone(w.Models), func(m string) bool { return m == rm.id }), rm.id)
 	caps := maps.Clone(w.Caps)

@@ -44,6 +44,19 @@ const MaxManifestBytes = 16 << 10
 // settles on the plan it ran on even after that ring was voided.
 const RecentPlans = 8
 
+// Defaults of Config's durations.
+const (
+	DefaultRTTTimeout = 20 * time.Second
+	// DefaultReadyTimeout leaves a member time for a big model's first
+	// pull: minutes of blobs before it can load and accept.
+	DefaultReadyTimeout   = 10 * time.Minute
+	DefaultDebounce       = 2 * time.Second
+	DefaultMaxWait        = 30 * time.Second
+	DefaultRetry          = time.Minute
+	DefaultChangeInterval = 30 * time.Second
+	DefaultExclusion      = 10 * time.Minute
+)
+
 // maxOffers is the most ring models one registration is offered
 // (relaymsg.Registered.Ring's bound).
 const maxOffers = 16
@@ -64,6 +77,15 @@ const (
 	// CodeStale: the message answers a probe or a plan that is not the
 	// current one.
 	CodeStale = "ring_stale"
+	// CodeStanding: the connection's identity (or its worker token) is
+	// quarantined or banned; a ring takes only workers in good standing.
+	CodeStanding = "ring_not_in_good_standing"
+	// CodeRateLimited: the connection changed its announcement less than
+	// Config.ChangeInterval ago.
+	CodeRateLimited = "ring_rate_limited"
+	// CodeUnavailable: the gateway could not read what it needs to
+	// answer (the store failed); the member may send the message again.
+	CodeUnavailable = "ring_unavailable"
 	// CodeUnexpected: not a message a member sends.
 	CodeUnexpected = "unexpected_message"
 )
@@ -74,10 +96,13 @@ type Poster interface {
 }
 
 // Store is what the Former reads and writes: the worker records of ring
-// drivers.
+// drivers, and the standing of members (a live worker record's, which is
+// the worse of its identity's and its token's, and an identity's
+// reputation, which outlives its connection).
 type Store interface {
 	GetWorker(ctx context.Context, conn string) (store.Worker, error)
 	RegisterWorker(ctx context.Context, conn string, models []string, caps map[string]store.Caps) (store.Worker, error)
+	GetReputation(ctx context.Context, accountID, pubkey string) (store.Reputation, error)
 }
 
 // Dispatcher starts dispatch (as relayroutes.Dispatcher): a ring that
@@ -108,14 +133,34 @@ type Config struct {
 	Log       *slog.Logger
 	// RTTTimeout is how long a probed candidate has to send its RTT row
 	// (default 20 s); ReadyTimeout how long a plan member has to pull,
-	// load and accept (default 2 min); Debounce the quiet after a change
-	// of candidates before an attempt (default 2 s); Retry how long
-	// before an attempt that left members out is tried again with
-	// everyone (default 1 min). None may be negative.
+	// load and accept (default 10 min: a big model's first pull takes
+	// minutes); Debounce the quiet after a change of candidates before an
+	// attempt (default 2 s); MaxWait caps that quiet: however often the
+	// candidates change, an attempt starts at most MaxWait after they
+	// first reached min_stages (default 30 s); Retry how long before an
+	// attempt that left members out is tried again with everyone
+	// (default 1 min). None may be negative; zero takes the default.
 	RTTTimeout   time.Duration
 	ReadyTimeout time.Duration
 	Debounce     time.Duration
+	MaxWait      time.Duration
 	Retry        time.Duration
+	// ChangeInterval is the least time between two changes of one
+	// connection's announcement (capability or address): a change sooner
+	// is refused (CodeRateLimited), so that no member can hold formation
+	// off by announcing again and again (default 30 s). An announcement
+	// that repeats the last one changes nothing and is always accepted.
+	ChangeInterval time.Duration
+	// Exclusion is how long the member of a stage whose job's settlement
+	// was rejected (Rejected) sits out formations (default 10 min).
+	Exclusion time.Duration
+	// AllowPrivateAddrs accepts advertise addresses that other stages
+	// can reach only on the same machine or network: loopback, private,
+	// link-local, shared (carrier-grade NAT), unspecified or multicast
+	// IPs, and host names. Only a dev network or a test sets it; off
+	// (the default), an announcement must advertise a public IP literal,
+	// so that probing cannot be pointed at the members' own networks.
+	AllowPrivateAddrs bool
 }
 
 // Former forms and settles the rings of a catalogue's ring models. It is
@@ -132,13 +177,16 @@ type Former struct {
 	regs   map[string]*registration // by connection
 }
 
-// registration is a connection that registered ring models: its identity
-// and account, from its worker record, and the models.
+// registration is a connection that registered ring models: its identity,
+// account, token and connection time, from its worker record, and the
+// models.
 type registration struct {
-	account string
-	pubkey  string
-	node    shard.PublicKey
-	models  map[string]bool
+	account   string
+	pubkey    string
+	tokenHash string
+	connected time.Time
+	node      shard.PublicKey
+	models    map[string]bool
 }
 
 // ringModel is one ring model's formation state.
@@ -150,36 +198,54 @@ type ringModel struct {
 	desc     shard.Model
 	seed     shard.Hash
 
-	// live is the serving plan and snap the model's state, both read
-	// without mu (JobRing, Rings): a slow post under mu must not hold up
-	// a request.
-	live atomic.Pointer[formed]
-	snap atomic.Pointer[State]
+	// live is the serving plan, snap the model's state and recent the
+	// last RecentPlans served, oldest first, all read without mu
+	// (JobRing, Rings, Settle): a slow post under mu must not hold up a
+	// request or a settlement. recent is replaced, never changed, under
+	// mu.
+	live   atomic.Pointer[formed]
+	snap   atomic.Pointer[State]
+	recent atomic.Pointer[[]*formed]
 
 	mu      sync.Mutex
 	cands   map[string]*candidate // by connection
 	seq     uint64                // announcements so far
 	exclude map[string]bool       // connections left out of the next attempt
+	// benched are identities left out of every attempt until the time
+	// given: their stage's settlement was rejected (Rejected).
+	benched map[shard.PublicKey]time.Time
 	probe   *probing
-	cur     *formed   // the plan assigned or serving
-	recent  []*formed // the last RecentPlans served, oldest first
+	cur     *formed // the plan assigned or serving
 	// wait is the pending attempt (debounce or retry), deadline the
 	// current phase's; each is stopped when what it waits for changes.
 	wait     func() bool
 	deadline func() bool
 	waitGen  uint64
 	attempts uint64
+	// since is when the candidates reached min_stages with no plan, the
+	// start of the wait MaxWait caps; zero when none is running. late
+	// says a change came while a probe past MaxWait ran on: the next
+	// attempt follows that probe.
+	since time.Time
+	late  bool
 	// after runs once mu is released: dispatch, which may ask JobRing.
 	after []func()
 }
 
+// candidate is one connection's announcement for a ring model. It is
+// replaced, never changed: plans hold the one they were formed from.
 type candidate struct {
-	conn    string
-	account string
-	pubkey  string
-	node    shard.PublicKey
-	cap     shard.Capability
-	addr    string
+	conn      string
+	account   string
+	pubkey    string
+	tokenHash string
+	connected time.Time // the connection's, from its worker record
+	node      shard.PublicKey
+	cap       shard.Capability
+	addr      string
+	// changed is when this connection's announcement last changed (its
+	// first included), for ChangeInterval.
+	changed time.Time
 }
 
 // probing is an attempt waiting for its participants' RTT rows.
@@ -217,6 +283,16 @@ func (fm *formed) memberConn(conn string) (*candidate, bool) {
 	return nil, false
 }
 
+// role is node's role in the plan.
+func (fm *formed) role(node shard.PublicKey) shard.Role {
+	for _, m := range fm.plan.Members {
+		if m.Node == node {
+			return m.Role
+		}
+	}
+	return ""
+}
+
 // State is a ring model's state, for /v1/models and operators.
 type State struct {
 	Model string
@@ -238,8 +314,8 @@ func New(cfg Config) (*Former, error) {
 	if len(cfg.Key) != ed25519.PrivateKeySize || cfg.Catalog == nil || cfg.Post == nil || cfg.Store == nil || cfg.Dispatch == nil {
 		return nil, errors.New("rings: Key (an ed25519 private key), Catalog, Post, Store and Dispatch are required")
 	}
-	if cfg.RTTTimeout < 0 || cfg.ReadyTimeout < 0 || cfg.Debounce < 0 || cfg.Retry < 0 {
-		return nil, errors.New("rings: RTTTimeout, ReadyTimeout, Debounce and Retry must not be negative")
+	if cfg.RTTTimeout < 0 || cfg.ReadyTimeout < 0 || cfg.Debounce < 0 || cfg.MaxWait < 0 || cfg.Retry < 0 || cfg.ChangeInterval < 0 || cfg.Exclusion < 0 {
+		return nil, errors.New("rings: RTTTimeout, ReadyTimeout, Debounce, MaxWait, Retry, ChangeInterval and Exclusion must not be negative")
 	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 30 * time.Second}
@@ -256,7 +332,8 @@ func New(cfg Config) (*Former, error) {
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&cfg.RTTTimeout, 20 * time.Second}, {&cfg.ReadyTimeout, 2 * time.Minute}, {&cfg.Debounce, 2 * time.Second}, {&cfg.Retry, time.Minute}} {
+	}{{&cfg.RTTTimeout, DefaultRTTTimeout}, {&cfg.ReadyTimeout, DefaultReadyTimeout}, {&cfg.Debounce, DefaultDebounce},
+		{&cfg.MaxWait, DefaultMaxWait}, {&cfg.Retry, DefaultRetry}, {&cfg.ChangeInterval, DefaultChangeInterval}, {&cfg.Exclusion, DefaultExclusion}} {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
@@ -353,9 +430,11 @@ func (f *Former) load(ctx context.Context, m catalog.Model) (*ringModel, error) 
 	if spec.MinStages > desc.Layers {
 		return nil, fmt.Errorf("rings: model %q: min_stages %d is more than the model's %d layers: lower it in the catalogue", m.ID, spec.MinStages, desc.Layers)
 	}
-	return &ringModel{id: m.ID, spec: spec, manifest: man, desc: desc, seed: sha256.Sum256([]byte(m.ID)),
+	rm := &ringModel{id: m.ID, spec: spec, manifest: man, desc: desc, seed: sha256.Sum256([]byte(m.ID)),
 		offer: relaymsg.RingOffer{Model: m.ID, Hash: man.Hash(), BlobURL: spec.BlobURL},
-		cands: map[string]*candidate{}, exclude: map[string]bool{}}, nil
+		cands: map[string]*candidate{}, exclude: map[string]bool{}, benched: map[shard.PublicKey]time.Time{}}
+	rm.recent.Store(&[]*formed{})
+	return rm, nil
 }
 
 // manifestSize is how many bytes m adds to a ring assignment.
@@ -443,7 +522,8 @@ func (f *Former) Register(ctx context.Context, w store.Worker, models []string) 
 	if len(offers) == 0 {
 		delete(f.regs, w.Conn)
 	} else {
-		f.regs[w.Conn] = &registration{account: w.AccountID, pubkey: w.Pubkey, node: node, models: keep}
+		f.regs[w.Conn] = &registration{account: w.AccountID, pubkey: w.Pubkey, tokenHash: w.TokenHash, connected: w.ConnectedAt,
+			node: node, models: keep}
 	}
 	f.mu.Unlock()
 	if old != nil {

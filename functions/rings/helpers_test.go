@@ -125,10 +125,21 @@ type postbox struct {
 	gone map[string]bool
 	// sent, when set, gets a token per post (never blocking).
 	sent chan struct{}
+	// A post to hold, when set, closes held and waits for release: a
+	// slow connection.
+	hold          string
+	held, release chan struct{}
 }
 
 func (p *postbox) Post(_ context.Context, conn string, b []byte) error {
 	p.mu.Lock()
+	if conn == p.hold {
+		p.hold = ""
+		p.mu.Unlock()
+		close(p.held)
+		<-p.release
+		p.mu.Lock()
+	}
 	defer p.mu.Unlock()
 	if p.gone[conn] {
 		return errors.New("connection gone")
@@ -176,16 +187,18 @@ type fixture struct {
 }
 
 // newFixture serves ring model "big" (published with sh; spec as given,
-// its blob URL set) and whole model "small", on the embedded store.
-func newFixture(t *testing.T, sh ringtest.Shape, spec catalog.RingSpec) *fixture {
+// its blob URL set) and whole model "small", on the embedded store. The
+// Former takes the test timers above and private addresses (the members'
+// are 10.0.x.x); opts change its config further.
+func newFixture(t *testing.T, sh ringtest.Shape, spec catalog.RingSpec, opts ...func(*rings.Config)) *fixture {
 	t.Helper()
 	pub := ringtest.Publish(t, ringModel, sh)
-	return newFixtureAt(t, pub.URL, pub.Manifest.Hash(), spec)
+	return newFixtureAt(t, pub.URL, pub.Manifest.Hash(), spec, opts...)
 }
 
 // newFixtureAt is newFixture for a model published at blobURL whose
 // manifest hashes to hash.
-func newFixtureAt(t *testing.T, blobURL string, hash shard.Hash, spec catalog.RingSpec) *fixture {
+func newFixtureAt(t *testing.T, blobURL string, hash shard.Hash, spec catalog.RingSpec, opts ...func(*rings.Config)) *fixture {
 	t.Helper()
 	st, err := embedded.Open(t.TempDir()+"/c0.db", embedded.WithNoSync())
 	if err != nil {
@@ -199,9 +212,13 @@ func newFixtureAt(t *testing.T, blobURL string, hash shard.Hash, spec catalog.Ri
 	}
 	fx := &fixture{t: t, clock: &clock{now: t0}, posts: &postbox{by: map[string][][]byte{}, gone: map[string]bool{}}, st: st,
 		disp: &dispatchLog{}, hash: hash, blobURL: blobURL, gw: ringtest.Key("gateway"), members: map[string]*ringtest.Member{}, rtt: ringtest.Distance}
-	fx.f, err = rings.New(rings.Config{Key: fx.gw, Catalog: cat, Post: fx.posts, Store: st, Dispatch: fx.disp,
+	cfg := rings.Config{Key: fx.gw, Catalog: cat, Post: fx.posts, Store: st, Dispatch: fx.disp,
 		Now: fx.clock.Now, AfterFunc: fx.clock.AfterFunc, Log: slog.New(slog.DiscardHandler),
-		RTTTimeout: rttWait, ReadyTimeout: readyWait, Debounce: debounce, Retry: retry})
+		RTTTimeout: rttWait, ReadyTimeout: readyWait, Debounce: debounce, Retry: retry, AllowPrivateAddrs: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	fx.f, err = rings.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

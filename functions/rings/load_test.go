@@ -106,7 +106,7 @@ func newFormer(t *testing.T, pub *ringtest.Published, minStages int) (*rings.For
 	must(t, err)
 	posts := &postbox{by: map[string][][]byte{}, sent: make(chan struct{}, 16)}
 	f, err := rings.New(rings.Config{Key: ringtest.Key("gateway"), Catalog: cat, Post: posts, Store: st,
-		Dispatch: &dispatchLog{}, Log: slog.New(slog.DiscardHandler), Debounce: time.Millisecond})
+		Dispatch: &dispatchLog{}, Log: slog.New(slog.DiscardHandler), Debounce: time.Millisecond, AllowPrivateAddrs: true})
 	must(t, err)
 	t.Cleanup(f.Close)
 	return f, st, posts

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/shard"
+	"github.com/c0mpute/c0mpute/functions/store"
 )
 
 // Message handles a member's ring message (ring_announce, ring_rtt,
@@ -38,6 +41,12 @@ func (f *Former) Message(ctx context.Context, conn string, m any) []byte {
 	f.mu.Unlock()
 	if reg == nil || !reg.models[rm.id] {
 		return errorReply(CodeNotRegistered, fmt.Sprintf("this connection did not register ring model %q: list it in register and wait for registered before announcing", rm.id))
+	}
+	if _, ok := m.(*relaymsg.RingAnnounce); ok {
+		// Read before rm.mu: a store call must not hold up formation.
+		if reply := f.refuseStanding(ctx, rm, conn, reg); reply != nil {
+			return reply
+		}
 	}
 	var reply []byte
 	f.locked(rm, func() {
@@ -75,28 +84,116 @@ func (f *Former) announce(ctx context.Context, rm *ringModel, conn string, reg *
 	if c.Model != rm.offer.Hash {
 		return errorReply(CodeBadRecord, fmt.Sprintf("capability measures model %s, but %q is manifest %s: fetch %s/manifest.json again", c.Model, rm.id, rm.offer.Hash, rm.spec.BlobURL))
 	}
-	if err := checkAddr(m.Advertise); err != nil {
+	if err := f.checkAddr(m.Advertise); err != nil {
 		return errorReply(CodeBadRecord, err.Error())
 	}
-	if _, known := rm.cands[conn]; !known {
-		if len(rm.cands) >= MaxCandidates {
-			return errorReply(CodeFull, fmt.Sprintf("%q has %d candidates, the most a ring is formed from: announce again later", rm.id, MaxCandidates))
+	now := f.cfg.Now()
+	touched := []string{conn}
+	if old, known := rm.cands[conn]; known {
+		if sameAnnouncement(old, c, m.Advertise) {
+			return nil // nothing changed: no new wait, no probe dropped
 		}
+		if next := old.changed.Add(f.cfg.ChangeInterval); now.Before(next) {
+			return errorReply(CodeRateLimited, fmt.Sprintf("this connection's announcement for %q changed %v ago, and one may change at most once every %v: announce again in %v",
+				rm.id, now.Sub(old.changed), f.cfg.ChangeInterval, next.Sub(now)))
+		}
+	} else {
+		var rival *candidate
 		for _, o := range rm.cands {
 			if o.node == c.Node {
-				return errorReply(CodeBadRecord, fmt.Sprintf("identity %s is a candidate for %q on another connection already", c.Node, rm.id))
+				rival = o
 			}
 		}
+		switch {
+		case rival != nil && reg.connected.Before(rival.connected):
+			return errorReply(CodeBadRecord, fmt.Sprintf("identity %s is a candidate for %q on connection %s, which connected after this one: announce on the newest connection only", c.Node, rm.id, rival.conn))
+		case rival != nil:
+			f.replace(ctx, rm, rival, conn)
+			touched = append(touched, rival.conn)
+		case len(rm.cands) >= MaxCandidates:
+			return errorReply(CodeFull, fmt.Sprintf("%q has %d candidates, the most a ring is formed from: announce again later", rm.id, MaxCandidates))
+		}
 	}
-	rm.cands[conn] = &candidate{conn: conn, account: reg.account, pubkey: reg.pubkey, node: c.Node, cap: c, addr: m.Advertise}
+	rm.cands[conn] = &candidate{conn: conn, account: reg.account, pubkey: reg.pubkey, tokenHash: reg.tokenHash, connected: reg.connected,
+		node: c.Node, cap: c, addr: m.Advertise, changed: now}
 	rm.seq++
 	f.log.Info("ring candidate", "model", rm.id, "conn", conn, "node", c.Node, "candidates", len(rm.cands))
-	f.changed(rm)
+	f.changed(rm, touched...)
 	return nil
 }
 
-// checkAddr accepts host:port with a port in 1..65535.
-func checkAddr(a string) error {
+// sameAnnouncement reports whether c at addr announces what old did: the
+// same signer, model, memory, layer time, uplink, stake and trust, at the
+// same address. Only the record's time and signature differ.
+func sameAnnouncement(old *candidate, c shard.Capability, addr string) bool {
+	a, b := old.cap, c
+	a.Time, a.Sig, b.Time, b.Sig = 0, shard.Signature{}, 0, shard.Signature{}
+	return a == b && old.addr == addr
+}
+
+// replace drops rival, the candidate of the same identity on an older
+// connection, for the announcement on conn (the member rolled its relay
+// connection): a plan it holds a place in is void — its address may have
+// changed with the connection — and the ring re-forms with the new
+// connection. The old connection's disconnect then changes nothing. Under
+// rm.mu.
+func (f *Former) replace(ctx context.Context, rm *ringModel, rival *candidate, conn string) {
+	delete(rm.cands, rival.conn)
+	delete(rm.exclude, rival.conn)
+	f.log.Info("ring candidate moved to a newer connection", "model", rm.id, "node", rival.node, "old_conn", rival.conn, "conn", conn)
+	if fm := rm.cur; fm != nil && fm.members[rival.node] != nil {
+		f.void(ctx, rm, fmt.Sprintf("member %s moved to a new connection", rival.node), "", nil)
+	}
+}
+
+// refuseStanding is the reply to an announcement from a connection whose
+// identity or token is not in good standing, or nil.
+func (f *Former) refuseStanding(ctx context.Context, rm *ringModel, conn string, reg *registration) []byte {
+	st, err := f.standing(ctx, conn, reg.account, reg.pubkey)
+	if err != nil {
+		f.log.Error("ring announcement: standing unknown", "model", rm.id, "conn", conn, "err", err)
+		return errorReply(CodeUnavailable, fmt.Sprintf("the gateway could not read this connection's standing for %q: announce again in a minute", rm.id))
+	}
+	if st != store.StandingActive {
+		f.log.Info("ring announcement refused: not in good standing", "model", rm.id, "conn", conn, "node", reg.node, "standing", st)
+		return errorReply(CodeStanding, fmt.Sprintf("identity %s (or its worker token) is %s, and a ring of %q takes only workers in good standing: pass the canaries sent to it, then announce again", reg.node, st, rm.id))
+	}
+	return nil
+}
+
+// standing is where a member stands: the worse of its live worker
+// record's standing (its identity's and its token's, as of its connect
+// and every verdict since) and its identity's reputation on account,
+// which a verdict on another connection of the identity changes at once
+// and which outlives the connection. A connection that is gone is judged
+// by the reputation alone.
+func (f *Former) standing(ctx context.Context, conn, account, pubkey string) (store.Standing, error) {
+	st := store.StandingActive
+	w, err := f.cfg.Store.GetWorker(ctx, conn)
+	switch {
+	case err == nil:
+		st = store.Worse(st, w.Standing)
+	case !errors.Is(err, store.ErrNotFound):
+		return "", fmt.Errorf("read worker %s: %w", conn, err)
+	}
+	rep, err := f.cfg.Store.GetReputation(ctx, account, pubkey)
+	if err != nil {
+		return "", fmt.Errorf("read the reputation of %s on account %s: %w", pubkey, account, err)
+	}
+	return store.Worse(st, rep.Standing), nil
+}
+
+// sharedSpace and thisNetwork are IPv4 ranges netip has no predicate for
+// that no stage elsewhere can dial: carrier-grade NAT (RFC 6598) and
+// "this network" (RFC 791).
+var (
+	sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+)
+
+// checkAddr accepts host:port with a port in 1..65535; unless
+// AllowPrivateAddrs, the host must be a public IP literal.
+func (f *Former) checkAddr(a string) error {
 	host, port, err := net.SplitHostPort(a)
 	if err == nil {
 		n, perr := strconv.Atoi(port)
@@ -107,7 +204,39 @@ func checkAddr(a string) error {
 	if err != nil {
 		return fmt.Errorf("advertise %q is not host:port (%v): give the address other stages dial, e.g. 203.0.113.7:7443", a, err)
 	}
+	if f.cfg.AllowPrivateAddrs {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return fmt.Errorf("advertise %q: %q is not an IP address: give the public IP other stages dial (this gateway takes no host names: one could resolve anywhere), e.g. 203.0.113.7:7443", a, host)
+	}
+	if kind := nonPublic(ip.Unmap()); kind != "" {
+		return fmt.Errorf("advertise %q is a %s address, which stages on other networks cannot dial: advertise the member's public IP and forward its stage port there", a, kind)
+	}
 	return nil
+}
+
+// nonPublic names the kind of ip when it is not a public unicast address,
+// else "".
+func nonPublic(ip netip.Addr) string {
+	switch {
+	case ip.IsUnspecified() || ip.Is4() && thisNetwork.Contains(ip):
+		return "unspecified"
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.IsPrivate():
+		return "private"
+	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
+		return "link-local"
+	case ip.IsMulticast():
+		return "multicast"
+	case ip.Is4() && sharedSpace.Contains(ip):
+		return "shared (carrier-grade NAT)"
+	case !ip.IsGlobalUnicast():
+		return "broadcast"
+	}
+	return ""
 }
 
 func (f *Former) rtt(ctx context.Context, rm *ringModel, conn string, reg *registration, m *relaymsg.RingRTT) []byte {
@@ -211,19 +340,25 @@ func (f *Former) Left(ctx context.Context, conn string) {
 	}
 }
 
-// leave drops conn from rm; under rm.mu.
+// leave drops conn from rm; under rm.mu. A plan member leaving voids the
+// plan, except a standby or verifier of a serving ring: only primaries
+// carry its jobs.
 func (f *Former) leave(ctx context.Context, rm *ringModel, conn string) {
 	_, was := rm.cands[conn]
 	delete(rm.cands, conn)
 	delete(rm.exclude, conn)
 	if fm := rm.cur; fm != nil {
 		if c, member := fm.memberConn(conn); member {
-			f.void(ctx, rm, fmt.Sprintf("member %s left", c.node), conn, nil)
-			return
+			role := fm.role(c.node)
+			if !fm.serving || role == shard.RolePrimary {
+				f.void(ctx, rm, fmt.Sprintf("member %s left", c.node), conn, nil)
+				return
+			}
+			f.log.Info("ring member left; the ring serves on without it", "model", rm.id, "plan", fm.hash, "node", c.node, "role", role)
 		}
 	}
 	if was {
-		f.changed(rm)
+		f.changed(rm, conn)
 	}
 }
 

@@ -72,7 +72,12 @@ func TestSettleHonest(t *testing.T) {
 	}
 }
 
-// Every tampering is rejected with its own reason, and pays nobody.
+// Every tampering is rejected with its own reason, and pays nobody. The
+// culprit is the stage whose own signed word is at fault (struck), stage
+// 0 for what only the Done shows (struck when it can only be stage 0's
+// doing), the stage Verify names without a strike when another member
+// could have framed it, and nobody when no member of the plan answers for
+// it.
 func TestSettleRejects(t *testing.T) {
 	fx, r := serving(t, 4)
 	spare := fx.members["conn-3"]
@@ -82,25 +87,48 @@ func TestSettleRejects(t *testing.T) {
 		}
 	}
 	started := fx.clock.Now()
+	resign := func(j *rings.SettleJob, s int, change func(*shard.Receipt)) {
+		rc := j.Done.Receipts[s]
+		change(&rc)
+		j.Done.Receipts[s] = r.stages[s].Receipt(rc)
+	}
+	const none = -1
 	for _, tc := range []struct {
 		name   string
 		change func(j *rings.SettleJob)
 		reason shard.Reason
+		stage  int // the culprit's; none for no culprit
+		strike bool
 	}{
-		{"a receipt altered after signing", func(j *rings.SettleJob) { j.Done.Receipts[1].Time++ }, shard.ReasonBadSignature},
+		{"a receipt altered after signing", func(j *rings.SettleJob) { j.Done.Receipts[1].Time++ }, shard.ReasonBadSignature, 0, false},
 		{"a receipt from a node outside the ring", func(j *rings.SettleJob) {
 			j.Done.Receipts[1] = spare.Receipt(j.Done.Receipts[1])
-		}, shard.ReasonWrongSigner},
+		}, shard.ReasonWrongSigner, 0, false},
 		{"a broken chain", func(j *rings.SettleJob) {
-			rc := j.Done.Receipts[2]
-			rc.Input = sha256.Sum256([]byte("elsewhere"))
-			j.Done.Receipts[2] = r.stages[2].Receipt(rc)
-		}, shard.ReasonBrokenChain},
-		{"receipts of another attempt (stale nonce)", func(j *rings.SettleJob) { j.Ticket = "ticket-2" }, shard.ReasonStaleNonce},
-		{"a done from a connection that is not stage 0", func(j *rings.SettleJob) { j.Worker = r.stages[1].Conn }, shard.ReasonWrongSigner},
-		{"an unknown plan", func(j *rings.SettleJob) { j.Done.Plan = sha256.Sum256([]byte("no plan")) }, shard.ReasonPlanMismatch},
-		{"a done without receipts", func(j *rings.SettleJob) { j.Done = nil }, shard.ReasonGap},
-		{"a stage missing", func(j *rings.SettleJob) { j.Done.Receipts = j.Done.Receipts[:2] }, shard.ReasonGap},
+			resign(j, 2, func(rc *shard.Receipt) { rc.Input = sha256.Sum256([]byte("elsewhere")) })
+		}, shard.ReasonBrokenChain, 2, false},
+		{"a done whose output is not the tail's", func(j *rings.SettleJob) { j.Done.Output[0] ^= 1 }, shard.ReasonBrokenChain, 2, false},
+		{"receipts of another attempt (stale nonce)", func(j *rings.SettleJob) { j.Ticket = "ticket-2" }, shard.ReasonStaleNonce, 0, true},
+		{"one stage's receipt of another attempt", func(j *rings.SettleJob) {
+			resign(j, 1, func(rc *shard.Receipt) { rc.Nonce = relaymsg.RingNonce("ticket-0") })
+		}, shard.ReasonStaleNonce, 1, true},
+		{"a stage claiming another range", func(j *rings.SettleJob) {
+			resign(j, 1, func(rc *shard.Receipt) { rc.LayerEnd++ })
+		}, shard.ReasonOverlap, 0, false},
+		{"a stage dated outside the window", func(j *rings.SettleJob) {
+			resign(j, 2, func(rc *shard.Receipt) { rc.Time = started.Add(-time.Hour).UnixMilli() })
+		}, shard.ReasonTimeWindow, 2, true},
+		{"a done from a connection that is not stage 0", func(j *rings.SettleJob) { j.Worker = r.stages[1].Conn }, shard.ReasonWrongSigner, none, false},
+		{"an unknown plan", func(j *rings.SettleJob) { j.Done.Plan = sha256.Sum256([]byte("no plan")) }, shard.ReasonPlanMismatch, none, false},
+		{"a done without receipts", func(j *rings.SettleJob) { j.Done = nil }, shard.ReasonGap, none, false},
+		{"a stage missing", func(j *rings.SettleJob) { j.Done.Receipts = j.Done.Receipts[:2] }, shard.ReasonGap, 0, false},
+		// The job names the plan it was dispatched with.
+		{"a done without receipts, the plan known", func(j *rings.SettleJob) { j.Plan, j.Done = r.hash, nil }, shard.ReasonGap, 0, true},
+		{"a done naming another plan", func(j *rings.SettleJob) {
+			j.Plan = r.hash
+			j.Done.Plan = sha256.Sum256([]byte("no plan"))
+		}, shard.ReasonPlanMismatch, 0, true},
+		{"a job dispatched with an unknown plan", func(j *rings.SettleJob) { j.Plan = sha256.Sum256([]byte("no plan")) }, shard.ReasonPlanMismatch, none, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := rings.SettleJob{ID: "job-1", Ticket: "ticket-1", Model: ringModel, Started: started, Earning: 1000,
@@ -113,6 +141,18 @@ func TestSettleRejects(t *testing.T) {
 			}
 			if len(got.Shares) != 0 || got.Verdict.OK {
 				t.Fatalf("a rejected job pays: %+v", got)
+			}
+			c := got.Culprit
+			if tc.stage == none {
+				if c != nil {
+					t.Fatalf("culprit %+v, want none", c)
+				}
+				return
+			}
+			m := r.stages[tc.stage]
+			want := rings.Culprit{Stage: tc.stage, Node: m.Node, Conn: m.Conn, Account: m.Account, Pubkey: m.Pubkey(), Strike: tc.strike}
+			if c == nil || *c != want {
+				t.Fatalf("culprit %+v, want %+v", c, want)
 			}
 		})
 	}

@@ -281,7 +281,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 		t := cfg.RingTimeouts
 		s.Rings, err = rings.New(rings.Config{Key: key, Catalog: cat, Post: s.Conns, Store: cfg.Store, Dispatch: disp,
-			Log: log.With("component", "rings"), RTTTimeout: t.RTT, ReadyTimeout: t.Ready, Debounce: t.Debounce, Retry: t.Retry})
+			Log: log.With("component", "rings"), RTTTimeout: t.RTT, ReadyTimeout: t.Ready, Debounce: t.Debounce, Retry: t.Retry, AllowPrivateAddrs: true})
 		if err != nil {
 			return nil, err
 		}
