@@ -16,6 +16,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/listener"
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
+	"github.com/c0mpute/c0mpute/functions/shard"
 	"github.com/c0mpute/c0mpute/functions/store"
 )
 
@@ -256,8 +257,9 @@ type jobRun struct {
 	// worker failed it (moveNow).
 	next string
 	// ticket is the current attempt's job ticket (a ring job's nonce is
-	// made from it).
-	ticket string
+	// made from it); ringPlan the plan a ring job was sent to.
+	ticket   string
+	ringPlan shard.Hash
 }
 
 // exclusions lists the workers the job may not be assigned to again.

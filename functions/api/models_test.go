@@ -8,6 +8,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/rings"
+	"github.com/c0mpute/c0mpute/functions/shard"
 )
 
 // fixedRings reports a fixed ring state.
@@ -15,6 +16,7 @@ type fixedRings []rings.State
 
 func (r fixedRings) Rings() []rings.State                           { return r }
 func (fixedRings) JobRing(string, string) (*relaymsg.RingJob, bool) { return nil, false }
+func (fixedRings) Rejected(string, shard.Hash, int)                 {}
 func (fixedRings) Settle(context.Context, rings.SettleJob) (rings.Settlement, error) {
 	return rings.Settlement{}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/rings"
+	"github.com/c0mpute/c0mpute/functions/shard"
 )
 
 // Rings forms and settles the rings of the catalogue's ring models
@@ -18,6 +19,9 @@ type Rings interface {
 	Rings() []rings.State
 	JobRing(model, ticket string) (*relaymsg.RingJob, bool)
 	Settle(ctx context.Context, job rings.SettleJob) (rings.Settlement, error)
+	// Rejected voids the plan a rejected settlement names its culprit in
+	// and keeps the culprit out of the model's rings for a while.
+	Rejected(model string, plan shard.Hash, stage int)
 }
 
 type pricingJSON struct {

@@ -8,6 +8,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/rings"
+	"github.com/c0mpute/c0mpute/functions/shard"
 	"github.com/c0mpute/c0mpute/functions/store"
 )
 
@@ -29,6 +30,7 @@ var errRingUnsettled = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwi
 // model, or when no ring serves (the first stage then refuses the job and
 // it moves or fails by the usual rules).
 func (s *Server) ringJob(j *jobRun, ticket string) *relaymsg.RingJob {
+	j.ringPlan = shard.Hash{}
 	if j.model.Ring == nil || s.rings == nil {
 		return nil
 	}
@@ -36,6 +38,7 @@ func (s *Server) ringJob(j *jobRun, ticket string) *relaymsg.RingJob {
 	if !ok {
 		return nil
 	}
+	j.ringPlan = r.Plan
 	return r
 }
 
@@ -44,19 +47,41 @@ func (s *Server) ringJob(j *jobRun, ticket string) *relaymsg.RingJob {
 // receipts do not verify, or when a ring model's done carries none.
 func (j *jobRun) settleRing(m *relaymsg.Done, earning int64) ([]store.Share, error) {
 	s := j.s
-	if m.Ring == nil || s.rings == nil {
-		s.log.Warn("ring job done without the ring's settlement", "job", j.job.ID, "worker", j.worker)
+	if s.rings == nil {
 		return nil, errRingRejected
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	st, err := s.rings.Settle(ctx, rings.SettleJob{ID: j.job.ID, Ticket: j.ticket, Model: j.model.ID,
+	// A done without its ring part settles as one without receipts: it
+	// pays nobody, and the first stage answers for it.
+	st, err := s.rings.Settle(ctx, rings.SettleJob{ID: j.job.ID, Ticket: j.ticket, Model: j.model.ID, Plan: j.ringPlan,
 		Started: j.postedAt, Earning: earning, Done: m.Ring, Worker: j.worker})
 	if err != nil {
 		s.log.Warn("ring job not settled", "job", j.job.ID, "worker", j.worker, "err", err)
+		if c := st.Culprit; c != nil {
+			jobID, model, plan := j.job.ID, j.model.ID, st.Plan
+			s.goSafe("ring rejected", func() { s.ringRejected(jobID, model, plan, c) })
+		}
 		return nil, errRingRejected
 	}
 	return st.Shares, nil
+}
+
+// ringRejected acts on a rejected ring settlement: the culprit's plan is
+// void and the culprit sits out the model's next rings, and, when the
+// fault is its own signed word, its identity takes a strike as for a
+// rejected receipt.
+func (s *Server) ringRejected(jobID, model string, plan shard.Hash, c *rings.Culprit) {
+	s.rings.Rejected(model, plan, c.Stage)
+	if !c.Strike {
+		return
+	}
+	if c.Conn == "" || c.Pubkey == "" || c.Account == "" {
+		s.log.Warn("ring culprit not struck: its record is incomplete", "job", jobID, "stage", c.Stage)
+		return
+	}
+	s.Judge(store.Verdict{JobID: jobID, Conn: c.Conn, Pubkey: c.Pubkey, AccountID: c.Account, TokenHash: c.TokenHash,
+		Kind: store.VerdictRejected, Strikes: store.ProofStrikes, Reason: "ring_rejected", At: s.now()})
 }
 
 // rejectRing ends a ring job whose stages could not prove their work:

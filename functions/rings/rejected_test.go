@@ -23,7 +23,7 @@ func TestRejectedVoidsAndExcludes(t *testing.T) {
 	started := fx.clock.Now()
 	d := done(r, "job-1", "ticket-1", started, 10)
 	rc := d.Receipts[1]
-	rc.Nonce = relaymsg.RingNonce("another attempt")
+	rc.Time = started.Add(-time.Hour).UnixMilli() // signed for this attempt, and false: stage 1's own word
 	d.Receipts[1] = r.stages[1].Receipt(rc)
 	got, err := fx.f.Settle(t.Context(), rings.SettleJob{ID: "job-1", Ticket: "ticket-1", Model: ringModel, Plan: r.hash, Started: started,
 		Earning: 100, Done: d, Worker: r.stages[0].Conn})

@@ -123,7 +123,7 @@ func (f *Former) Settle(ctx context.Context, job SettleJob) (Settlement, error) 
 			Detail: fmt.Sprintf("the done came from connection %s, stage 0 of plan %s is connection %s", job.Worker, fm.hash, fm.driver)}, nil)
 	case d == nil:
 		return f.reject(rm, job, fm.hash, shard.Verdict{Reason: shard.ReasonGap, Stage: 0,
-			Detail: "the done of a ring job carries no ring settlement (no receipts)"}, fm.culprit(0, true))
+			Detail: "the done of a ring job carries no ring settlement (no receipts)"}, fm.culprit(0, false))
 	case d.Plan != fm.hash:
 		return f.reject(rm, job, fm.hash, shard.Verdict{Reason: shard.ReasonPlanMismatch, Stage: 0,
 			Detail: fmt.Sprintf("the done names plan %s, the job was dispatched with plan %s", d.Plan, fm.hash)}, fm.culprit(0, true))
@@ -134,7 +134,7 @@ func (f *Former) Settle(ctx context.Context, job SettleJob) (Settlement, error) 
 	rec.Sign(f.cfg.Key)
 	v := shard.Verify(&fm.plan, &rec, d.Receipts, shard.DefaultWindow)
 	if !v.OK {
-		return f.reject(rm, job, fm.hash, v, fm.culprit(blame(fm, d, v)))
+		return f.reject(rm, job, fm.hash, v, fm.culprit(blame(fm, d, v, &rec)))
 	}
 	out := Settlement{Plan: fm.hash, Verdict: v}
 	for _, sh := range v.Shares {
@@ -186,24 +186,39 @@ func (fm *formed) culprit(stage int, strike bool) *Culprit {
 // evidence only when it is signed by its stage's primary: anything else
 // in the Done (a forged, foreign or missing receipt, a gap, an overlap)
 // is held against stage 0, which sent the Done, without a strike — any
-// stage relays the receipts before it. A receipt of the stage's own that
-// contradicts what the gateway knows strikes it; one that contradicts
-// another member's word (the chain, the token count) is held against the
-// stage Verify names, without a strike.
-func blame(fm *formed, d *relaymsg.RingDone, v shard.Verdict) (stage int, strike bool) {
+// stage relays the receipts before it. A receipt of another job or
+// attempt (wrong job, stale nonce) is held against stage 0 without a
+// strike too: its signer may have signed it truly for that job, and any
+// stage after it could have put it in place of a fresh one. A receipt
+// signed for this very attempt (this job's id and nonce) that
+// contradicts what the gateway knows (plan, model, range, block, time)
+// strikes its stage; one that contradicts another member's word (the
+// chain, the token count) is held against the stage Verify names,
+// without a strike.
+func blame(fm *formed, d *relaymsg.RingDone, v shard.Verdict, job *shard.Job) (stage int, strike bool) {
 	if len(d.Receipts) == 0 {
 		return 0, true // stage 0 adds its own receipt last: none at all is its doing
 	}
 	p, ok := fm.plan.Primary(v.Stage)
+	fresh := false
 	if !ok || !slices.ContainsFunc(d.Receipts, func(r shard.Receipt) bool {
-		return r.Stage == v.Stage && r.Signer == p.Node && r.Check() == nil
+		if r.Stage != v.Stage || r.Signer != p.Node || r.Check() != nil {
+			return false
+		}
+		fresh = r.Job == job.ID && r.Nonce == job.Nonce
+		return true
 	}) {
 		return 0, false
 	}
 	switch v.Reason {
-	case shard.ReasonWrongJob, shard.ReasonPlanMismatch, shard.ReasonModelMismatch, shard.ReasonRangeMismatch,
-		shard.ReasonStaleNonce, shard.ReasonBlockWindow, shard.ReasonUnknownBlock, shard.ReasonTimeWindow:
-		return v.Stage, true
+	case shard.ReasonWrongJob, shard.ReasonStaleNonce:
+		return 0, false
+	case shard.ReasonPlanMismatch, shard.ReasonModelMismatch, shard.ReasonRangeMismatch,
+		shard.ReasonBlockWindow, shard.ReasonUnknownBlock, shard.ReasonTimeWindow:
+		if fresh {
+			return v.Stage, true
+		}
+		return 0, false
 	case shard.ReasonBrokenChain, shard.ReasonTokenMismatch:
 		return v.Stage, false
 	}
