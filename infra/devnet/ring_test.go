@@ -545,6 +545,9 @@ func TestRingLiarsArePaidNothing(t *testing.T) {
 			if got := earned(); got != cm.Price*70/100 {
 				t.Errorf("after the lie the stages have earned %d, want the honest job's %d only", got, cm.Price*70/100)
 			}
+			// The ring that lied is void; with its culprit left out, two
+			// members cannot form another.
+			e.waitFor("the lying ring voided", func() bool { return !e.ringState(model).Serving })
 		})
 	}
 }
