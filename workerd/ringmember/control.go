@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,10 +39,49 @@ type MemberConfig struct {
 	Uplink int64
 	// Workers is the goroutines a matrix product uses (0: GOMAXPROCS).
 	Workers int
-	HTTP    *http.Client
-	Log     *slog.Logger
-	Now     func() time.Time
+	// ProbeTimeout bounds one probe: every peer is dialled at once and
+	// retried a few times within it, and the row is sent when it ends
+	// (default DefaultProbeTimeout). It also bounds the probe of a
+	// plan's neighbours before accepting it.
+	ProbeTimeout time.Duration
+	// AnnounceRetry is the wait before an announce is sent again when no
+	// probe or assignment of its model follows (a relay that refused it
+	// says so only in a log line); it doubles each time up to
+	// maxAnnounceRetry, for maxAnnounces announces in all (default
+	// DefaultAnnounceRetry).
+	AnnounceRetry time.Duration
+	HTTP          *http.Client
+	Log           *slog.Logger
+	Now           func() time.Time
 }
+
+// Defaults of MemberConfig.
+const (
+	// DefaultProbeTimeout is well under the gateway's wait for the rows
+	// of a probe (20 s), so a peer that cannot be reached costs the row
+	// that peer only, never the member's place in the formation.
+	DefaultProbeTimeout = 8 * time.Second
+	// DefaultAnnounceRetry is the first wait before announcing again.
+	DefaultAnnounceRetry = 2 * time.Second
+)
+
+const (
+	// maxAnnounceRetry caps the wait between announces of a model.
+	maxAnnounceRetry = time.Minute
+	// maxAnnounces is how many times a model is announced on one
+	// connection unless a probe or an assignment of it comes first.
+	maxAnnounces = 10
+	// probeTries is how often a peer is tried within a probe's deadline:
+	// a peer learns of the probe from its own ring_probe, which may reach
+	// it a moment later, and refuses this member until then.
+	probeTries = 5
+	// firstProbeRetry is the wait before a peer is tried again; it
+	// doubles each try.
+	firstProbeRetry = 100 * time.Millisecond
+	// assignTimeout bounds an assignment: probing the neighbours, pulling
+	// the blobs, loading them.
+	assignTimeout = 30 * time.Minute
+)
 
 // Member is a workerd process's membership in the network's rings: it
 // announces itself for every ring model the gateway offers, measures round
@@ -54,17 +94,39 @@ type Member struct {
 	ctx context.Context
 	end context.CancelFunc
 	wg  sync.WaitGroup
+	// opMu serialises the changes of the plan served (Server.Serve and
+	// Drop) with the checks, under mu, that decide them: an assignment
+	// voided or replaced while it pulled never replaces a newer plan.
+	opMu  sync.Mutex
+	pulls dirLocks
+	// chats counts the Chat calls under way: Close waits for them before
+	// it closes the Parts they read.
+	chats sync.WaitGroup
 
 	mu        sync.Mutex
+	closed    bool
 	send      func(any) error
+	gen       uint64                        // numbers the tasks below
 	offers    map[string]relaymsg.RingOffer // by model id
 	manifests map[shard.Hash]*shard.Manifest
 	speed     map[shard.Hash]int64 // measured µs per layer
 	plans     map[string]*memberPlan
+	// The tasks under way, by model id: at most one of each kind per
+	// model, a new one cancelling the one before.
+	assigns, probes, announces map[string]*task
 	// parts are the layer ranges loaded, kept open while the member
 	// runs: a driver's job still running on a dropped plan may be using
 	// one, and a re-formed ring usually gives a member the same range.
 	parts map[partKey]*shardblob.Part
+}
+
+// task is an assignment, a probe or an announce loop under way for a
+// model; a newer one of its kind, a disband of its plan, a new relay
+// connection or Close cancels it.
+type task struct {
+	gen    uint64
+	hash   shard.Hash // an assignment's plan
+	cancel context.CancelFunc
 }
 
 // partKey names a loaded layer range of a model.
@@ -73,9 +135,11 @@ type partKey struct {
 	first, last int
 }
 
-// memberPlan is the plan a member holds for a model.
+// memberPlan is the plan a member holds for a model, and the assignment
+// (task generation) that installed it.
 type memberPlan struct {
 	hash    shard.Hash
+	gen     uint64
 	me      shard.Member
 	serving bool
 }
@@ -83,12 +147,20 @@ type memberPlan struct {
 // maxManifestBytes bounds a fetched manifest.
 const maxManifestBytes = shard.MaxInputsBytes
 
-// probeTries is how often a probe of a peer is tried: a peer learns of the
-// probe from its own ring_probe, which may reach it a moment later.
-const probeTries = 10
-
 // NewMember starts a member's stage listener.
 func NewMember(cfg MemberConfig) (*Member, error) {
+	switch {
+	case cfg.ProbeTimeout < 0:
+		return nil, fmt.Errorf("ringmember: probe timeout %s: want a positive duration (or 0 for %s)", cfg.ProbeTimeout, DefaultProbeTimeout)
+	case cfg.AnnounceRetry < 0:
+		return nil, fmt.Errorf("ringmember: announce retry %s: want a positive duration (or 0 for %s)", cfg.AnnounceRetry, DefaultAnnounceRetry)
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = DefaultProbeTimeout
+	}
+	if cfg.AnnounceRetry == 0 {
+		cfg.AnnounceRetry = DefaultAnnounceRetry
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -113,6 +185,7 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 	ctx, end := context.WithCancel(context.Background())
 	return &Member{cfg: cfg, srv: srv, ctx: ctx, end: end, offers: map[string]relaymsg.RingOffer{},
 		manifests: map[shard.Hash]*shard.Manifest{}, speed: map[shard.Hash]int64{}, plans: map[string]*memberPlan{},
+		assigns: map[string]*task{}, probes: map[string]*task{}, announces: map[string]*task{},
 		parts: map[partKey]*shardblob.Part{}}, nil
 }
 
@@ -122,11 +195,21 @@ func (m *Member) Addr() string { return m.srv.Addr().String() }
 // Advertise is the address other stages are told to dial.
 func (m *Member) Advertise() string { return m.cfg.Advertise }
 
-// Close stops serving every plan and the listener.
+// Close stops every task and the plan served, waits for the Chat calls
+// under way (they end promptly once the ring is stopped), and only then
+// closes the layers loaded, which those calls read.
 func (m *Member) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
 	m.end()
 	m.wg.Wait()
 	err := m.srv.Close()
+	m.chats.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.plans = map[string]*memberPlan{}
@@ -138,9 +221,16 @@ func (m *Member) Close() error {
 }
 
 // goSafe runs fn in a goroutine that a panic does not take the daemon
-// down with.
+// down with, and that Close waits for; none once the member is closed.
 func (m *Member) goSafe(what string, fn func()) {
+	m.mu.Lock()
+	if m.closed {
+		// Close is waiting for the goroutines, or has: start no more.
+		m.mu.Unlock()
+		return
+	}
 	m.wg.Add(1)
+	m.mu.Unlock()
 	go func() {
 		defer m.wg.Done()
 		defer func() {
@@ -152,26 +242,110 @@ func (m *Member) goSafe(what string, fn func()) {
 	}()
 }
 
-// Attach announces the member for each ring model offered on a newly
-// registered connection. Plans held from an earlier connection are void:
-// the gateway dropped them when that connection went.
-func (m *Member) Attach(offers []relaymsg.RingOffer, send func(any) error) {
-	m.mu.Lock()
-	m.send = send
-	for model, p := range m.plans {
-		m.srv.Drop(p.hash)
-		delete(m.plans, model)
+// startTask starts a task of a kind for model under m.mu, cancelling the
+// one before it; timeout > 0 bounds it.
+func (m *Member) startTask(tasks map[string]*task, model string, hash shard.Hash, timeout time.Duration) (context.Context, *task) {
+	if t := tasks[model]; t != nil {
+		t.cancel()
 	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(m.ctx, timeout)
+	}
+	m.gen++
+	t := &task{gen: m.gen, hash: hash, cancel: cancel}
+	tasks[model] = t
+	return ctx, t
+}
+
+// stopTasks cancels every task of a kind, under m.mu.
+func stopTasks(tasks map[string]*task) {
+	for model, t := range tasks {
+		t.cancel()
+		delete(tasks, model)
+	}
+}
+
+// endTask forgets a task that returned, unless a newer one replaced it.
+func (m *Member) endTask(tasks map[string]*task, model string, t *task) {
+	m.mu.Lock()
+	if tasks[model] == t {
+		delete(tasks, model)
+	}
+	m.mu.Unlock()
+	t.cancel()
+}
+
+// current reports whether t is still its model's task of its kind (not
+// cancelled, nor replaced), under m.mu.
+func (m *Member) currentLocked(tasks map[string]*task, model string, t *task) bool {
+	return !m.closed && tasks[model] == t
+}
+
+func (m *Member) current(tasks map[string]*task, model string, t *task) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.currentLocked(tasks, model, t)
+}
+
+// Attach announces the member for each ring model offered on a newly
+// registered connection, and sends everything from now on with send.
+//
+// The plans held go on being served: the agent keeps the connection it
+// replaces until that connection's jobs are done (a relay connection is
+// rolled every couple of hours), and the gateway voids a plan with a
+// disband or replaces it with a new assignment. Only the plans of models
+// no longer offered are dropped. What was under way for the old
+// connection — assignments, probes, announces — is cancelled: the
+// gateway asks again on the new one.
+//
+// Each model is announced again with backoff (AnnounceRetry, doubling,
+// up to maxAnnounceRetry, maxAnnounces in all) until a probe or an
+// assignment of it arrives: the relay answers a refused announce with an
+// error message that does not reach the member.
+func (m *Member) Attach(offers []relaymsg.RingOffer, send func(any) error) {
+	type loop struct {
+		ctx context.Context
+		t   *task
+		o   relaymsg.RingOffer
+	}
+	var loops []loop
+	var drop []string
+	dropped := map[string]*memberPlan{}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.send = send
+	stopTasks(m.assigns)
+	stopTasks(m.probes)
+	stopTasks(m.announces)
 	clear(m.offers)
 	for _, o := range offers {
 		m.offers[o.Model] = o
 	}
+	for model, p := range m.plans {
+		if _, ok := m.offers[model]; !ok {
+			delete(m.plans, model)
+			drop = append(drop, model)
+			dropped[model] = p
+		}
+	}
+	for _, o := range m.offers {
+		ctx, t := m.startTask(m.announces, o.Model, shard.Hash{}, 0)
+		loops = append(loops, loop{ctx, t, o})
+	}
 	m.mu.Unlock()
-	for _, o := range offers {
+	for _, model := range drop {
+		p := dropped[model]
+		m.cfg.Log.Info("ring member: the new connection does not offer a ring model any more; dropping its plan", "model", model, "plan", p.hash)
+		m.goSafe("drop", func() { m.dropPlan(model, p) })
+	}
+	for _, l := range loops {
 		m.goSafe("announce", func() {
-			if err := m.announce(o); err != nil && m.ctx.Err() == nil {
-				m.cfg.Log.Warn("ring member: cannot announce", "model", o.Model, "err", err)
-			}
+			defer m.endTask(m.announces, l.o.Model, l.t)
+			m.announceLoop(l.ctx, l.o)
 		})
 	}
 }
@@ -186,25 +360,57 @@ func (m *Member) sendMsg(msg any) error {
 	return send(msg)
 }
 
-// announce fetches the model's manifest, measures a layer, and sends the
-// signed capability.
-func (m *Member) announce(o relaymsg.RingOffer) error {
-	man, err := m.manifest(o)
-	if err != nil {
-		return err
+// announceLoop announces a model, and again with backoff until ctx ends
+// (a probe or an assignment of the model came, or a new connection) or
+// maxAnnounces were sent. Every announce carries the same signed
+// capability, so the gateway sees the same candidate.
+func (m *Member) announceLoop(ctx context.Context, o relaymsg.RingOffer) {
+	wait := m.cfg.AnnounceRetry
+	var c *shard.Capability
+	for try := 1; ; try++ {
+		var err error
+		if c == nil {
+			c, err = m.capability(ctx, o)
+		}
+		if err == nil {
+			if try == 1 {
+				m.cfg.Log.Info("ring member: announcing", "model", o.Model, "layer_us", c.LayerMicros, "memory", c.VRAMBytes, "advertise", m.cfg.Advertise)
+			} else {
+				m.cfg.Log.Debug("ring member: announcing again: no probe or assignment yet", "model", o.Model, "try", try)
+			}
+			err = m.sendMsg(&relaymsg.RingAnnounce{Model: o.Model, Capability: *c, Advertise: m.cfg.Advertise})
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			m.cfg.Log.Warn("ring member: cannot announce", "model", o.Model, "try", try, "err", err)
+		}
+		if try >= maxAnnounces || !sleep(ctx, wait) {
+			return
+		}
+		wait = min(2*wait, maxAnnounceRetry)
 	}
-	us, err := m.measure(o, man)
+}
+
+// capability fetches the model's manifest, measures a layer, and signs
+// the capability announced.
+func (m *Member) capability(ctx context.Context, o relaymsg.RingOffer) (*shard.Capability, error) {
+	man, err := m.manifest(ctx, o)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	us, err := m.measure(ctx, o, man)
+	if err != nil {
+		return nil, err
 	}
 	c := shard.Capability{Model: o.Hash, VRAMBytes: m.cfg.Memory, LayerMicros: us, UplinkBps: m.cfg.Uplink, Time: m.cfg.Now().UnixMilli()}
 	c.Sign(m.cfg.Key)
-	m.cfg.Log.Info("ring member: announcing", "model", o.Model, "layer_us", us, "memory", m.cfg.Memory, "advertise", m.cfg.Advertise)
-	return m.sendMsg(&relaymsg.RingAnnounce{Model: o.Model, Capability: c, Advertise: m.cfg.Advertise})
+	return &c, nil
 }
 
 // manifest fetches, checks and caches a ring model's signed manifest.
-func (m *Member) manifest(o relaymsg.RingOffer) (*shard.Manifest, error) {
+func (m *Member) manifest(ctx context.Context, o relaymsg.RingOffer) (*shard.Manifest, error) {
 	m.mu.Lock()
 	man := m.manifests[o.Hash]
 	m.mu.Unlock()
@@ -215,7 +421,7 @@ func (m *Member) manifest(o relaymsg.RingOffer) (*shard.Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ringmember: manifest url: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -258,7 +464,7 @@ const measureRuns = 7
 // measure times one of the model's layers on a one-token batch: the
 // LayerMicros of the capability. It pulls the middle layer's blob (kept in
 // the cache: a member of a ring is likely to hold it).
-func (m *Member) measure(o relaymsg.RingOffer, man *shard.Manifest) (int64, error) {
+func (m *Member) measure(ctx context.Context, o relaymsg.RingOffer, man *shard.Manifest) (int64, error) {
 	m.mu.Lock()
 	us, ok := m.speed[o.Hash]
 	m.mu.Unlock()
@@ -270,9 +476,9 @@ func (m *Member) measure(o relaymsg.RingOffer, man *shard.Manifest) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	if err := shard.Pull(ctx, shard.HTTPSource{Base: o.BlobURL, Client: m.cfg.HTTP}, m.dir(o.Hash), blobs); err != nil {
+	if err := m.pull(ctx, shard.HTTPSource{Base: o.BlobURL, Client: m.cfg.HTTP}, m.dir(o.Hash), blobs); err != nil {
 		return 0, fmt.Errorf("ringmember: pull layer %d to measure it: %w", k, err)
 	}
 	part, err := shardblob.Open(m.dir(o.Hash), man, k, k+1, m.cfg.Workers)
@@ -308,13 +514,60 @@ func (m *Member) measure(o relaymsg.RingOffer, man *shard.Manifest) (int64, erro
 	return us, nil
 }
 
-// Handle acts on a ring control message from the relay.
+// Handle acts on a ring control message from the relay. It returns at
+// once (it runs on the relay's read goroutine): probes, assignments and
+// drops run in goroutines of their own.
 func (m *Member) Handle(msg any) {
 	switch msg := msg.(type) {
 	case *relaymsg.RingProbe:
-		m.goSafe("probe", func() { m.probe(msg) })
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
+		if t := m.announces[msg.Model]; t != nil {
+			t.cancel()
+			delete(m.announces, msg.Model)
+		}
+		ctx, t := m.startTask(m.probes, msg.Model, shard.Hash{}, m.cfg.ProbeTimeout)
+		m.mu.Unlock()
+		m.goSafe("probe", func() {
+			defer m.endTask(m.probes, msg.Model, t)
+			m.probe(ctx, t, msg)
+		})
 	case *relaymsg.RingAssign:
-		m.goSafe("assign", func() { m.assign(msg) })
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
+		if t := m.announces[msg.Model]; t != nil {
+			t.cancel()
+			delete(m.announces, msg.Model)
+		}
+		_, offered := m.offers[msg.Model]
+		other := m.busyWith(msg.Model)
+		var ctx context.Context
+		var t *task
+		if offered && other == "" {
+			ctx, t = m.startTask(m.assigns, msg.Model, msg.Hash, assignTimeout)
+		}
+		m.mu.Unlock()
+		switch {
+		case !offered:
+			m.goSafe("refuse", func() {
+				m.refuse(msg, "not_offered", fmt.Errorf("model %q was not offered to this connection", msg.Model))
+			})
+		case other != "":
+			m.goSafe("refuse", func() {
+				m.refuse(msg, "busy", fmt.Errorf("this member holds a plan of ring model %q (or is taking one), and serves one ring at a time", other))
+			})
+		default:
+			m.goSafe("assign", func() {
+				defer m.endTask(m.assigns, msg.Model, t)
+				m.assign(ctx, t, msg)
+			})
+		}
 	case *relaymsg.RingServe:
 		m.mu.Lock()
 		if p := m.plans[msg.Model]; p != nil && p.hash == msg.Hash {
@@ -324,36 +577,102 @@ func (m *Member) Handle(msg any) {
 		m.mu.Unlock()
 	case *relaymsg.RingDisband:
 		m.mu.Lock()
-		if p := m.plans[msg.Model]; p != nil && p.hash == msg.Hash {
-			m.srv.Drop(p.hash)
+		if t := m.assigns[msg.Model]; t != nil && t.hash == msg.Hash {
+			t.cancel()
+			delete(m.assigns, msg.Model)
+			m.cfg.Log.Info("ring member: plan disbanded while being taken", "model", msg.Model, "plan", msg.Hash, "reason", msg.Reason)
+		}
+		p := m.plans[msg.Model]
+		if p != nil && p.hash == msg.Hash {
 			delete(m.plans, msg.Model)
 			m.cfg.Log.Info("ring member: plan disbanded", "model", msg.Model, "plan", msg.Hash, "reason", msg.Reason)
+		} else {
+			p = nil
 		}
 		m.mu.Unlock()
+		if p != nil {
+			m.goSafe("disband", func() { m.dropPlan(msg.Model, p) })
+		}
 	}
 }
 
-// probe measures the round trip to each peer and sends the signed row. A
-// peer that cannot be reached is left out of the row: the plan cannot put
-// it next to this member.
-func (m *Member) probe(p *relaymsg.RingProbe) {
+// busyWith names the other ring model, besides model, whose plan this
+// member holds or is taking (the Server serves one plan at a time), or
+// is "". Called under m.mu.
+func (m *Member) busyWith(model string) string {
+	for other := range m.plans {
+		if other != model {
+			return other
+		}
+	}
+	for other := range m.assigns {
+		if other != model {
+			return other
+		}
+	}
+	return ""
+}
+
+// dropPlan stops serving a plan that m.plans no longer holds, unless a
+// newer assignment installed the same plan again since.
+func (m *Member) dropPlan(model string, p *memberPlan) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	m.mu.Lock()
+	q := m.plans[model]
+	m.mu.Unlock()
+	if q != nil && q.hash == p.hash && q.gen > p.gen {
+		return
+	}
+	m.srv.Drop(p.hash)
+}
+
+// probe measures the round trip to every peer at once, within ctx's
+// deadline (ProbeTimeout), and sends the signed row, unless a newer probe
+// of the model (or a new connection) replaced this one. A peer that
+// cannot be reached is left out of the row: the plan cannot put it next
+// to this member.
+func (m *Member) probe(ctx context.Context, t *task, p *relaymsg.RingProbe) {
 	keys := make([]shard.PublicKey, len(p.Peers))
 	for i, peer := range p.Peers {
 		keys[i] = peer.Node
 	}
 	m.srv.Allow(keys...)
-	row := shard.RTTRow{}
 	self := shard.KeyOf(m.cfg.Key)
-	for _, peer := range p.Peers {
+	rtt := make([]int64, len(p.Peers)) // 0: not reached
+	var wg sync.WaitGroup
+	for i, peer := range p.Peers {
 		if peer.Node == self {
 			continue
 		}
-		d, err := m.probePeer(peer.Node, peer.Addr)
-		if err != nil {
-			m.cfg.Log.Warn("ring member: peer unreachable", "model", p.Model, "peer", peer.Node, "addr", peer.Addr, "err", err)
-			continue
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					m.cfg.Log.Error("ring member: panic", "in", "probe peer", "panic", p)
+				}
+			}()
+			d, err := m.probePeer(ctx, peer.Node, peer.Addr)
+			if err != nil {
+				if m.current(m.probes, p.Model, t) {
+					m.cfg.Log.Warn("ring member: peer unreachable", "model", p.Model, "peer", peer.Node, "addr", peer.Addr, "err", err)
+				}
+				return
+			}
+			rtt[i] = min(max(d.Microseconds(), 1), shard.MaxRTTMicros)
+		}()
+	}
+	wg.Wait()
+	if !m.current(m.probes, p.Model, t) {
+		m.cfg.Log.Debug("ring member: probe replaced by a newer one; its row is not sent", "model", p.Model)
+		return
+	}
+	row := shard.RTTRow{}
+	for i, peer := range p.Peers {
+		if rtt[i] > 0 {
+			row.Peers = append(row.Peers, shard.RTTPeer{To: peer.Node, Micros: rtt[i]})
 		}
-		row.Peers = append(row.Peers, shard.RTTPeer{To: peer.Node, Micros: min(max(d.Microseconds(), 1), shard.MaxRTTMicros)})
 	}
 	row.Time = m.cfg.Now().UnixMilli()
 	row.Sign(m.cfg.Key)
@@ -362,23 +681,24 @@ func (m *Member) probe(p *relaymsg.RingProbe) {
 	}
 }
 
-// probePeer tries a peer's stage listener until it answers.
-func (m *Member) probePeer(node shard.PublicKey, addr string) (time.Duration, error) {
+// probePeer tries a peer's stage listener until it answers, a few times
+// with a growing wait, until ctx ends.
+func (m *Member) probePeer(ctx context.Context, node shard.PublicKey, addr string) (time.Duration, error) {
 	var err error
+	wait := firstProbeRetry
 	for try := range probeTries {
 		if try > 0 {
-			select {
-			case <-m.ctx.Done():
-				return 0, m.ctx.Err()
-			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+			if !sleep(ctx, wait) {
+				break
 			}
+			wait *= 2
 		}
-		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
 		var d time.Duration
-		d, err = m.srv.Probe(ctx, node, addr)
-		cancel()
-		if err == nil {
+		if d, err = m.srv.Probe(ctx, node, addr); err == nil {
 			return d, nil
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
 	return 0, err
@@ -389,7 +709,7 @@ func (m *Member) refuse(a *relaymsg.RingAssign, code string, err error) {
 	m.cfg.Log.Warn("ring member: refusing a plan", "model", a.Model, "plan", a.Hash, "code", code, "err", err)
 	msg := err.Error()
 	if len(msg) > 1024 {
-		msg = msg[:1024]
+		msg = strings.ToValidUTF8(msg[:1024], "")
 	}
 	if serr := m.sendMsg(&relaymsg.RingRefuse{Model: a.Model, Hash: a.Hash, Code: code, Message: msg}); serr != nil {
 		m.cfg.Log.Warn("ring member: send refusal", "err", serr)
@@ -398,20 +718,26 @@ func (m *Member) refuse(a *relaymsg.RingAssign, code string, err error) {
 
 // assign checks a plan (recomputing it from the signed inputs and probing
 // this member's neighbours), pulls and loads the member's layers, starts
-// serving its stage and says it is ready.
-func (m *Member) assign(a *relaymsg.RingAssign) {
+// serving its stage and says it is ready. An assignment cancelled on the
+// way (its plan disbanded, a newer one of the model, a new connection,
+// Close) stops and says nothing: the gateway has moved on.
+func (m *Member) assign(ctx context.Context, t *task, a *relaymsg.RingAssign) {
+	refuse := func(code string, err error) {
+		if ctx.Err() != nil || !m.current(m.assigns, a.Model, t) {
+			m.cfg.Log.Info("ring member: assignment cancelled", "model", a.Model, "plan", a.Hash, "at", code)
+			return
+		}
+		m.refuse(a, code, err)
+	}
 	m.mu.Lock()
-	offer, ok := m.offers[a.Model]
+	offer := m.offers[a.Model]
 	m.mu.Unlock()
 	switch {
-	case !ok:
-		m.refuse(a, "not_offered", fmt.Errorf("model %q was not offered to this connection", a.Model))
-		return
 	case a.Manifest.Check() != nil:
-		m.refuse(a, "bad_manifest", fmt.Errorf("manifest: %w", a.Manifest.Check()))
+		refuse("bad_manifest", fmt.Errorf("manifest: %w", a.Manifest.Check()))
 		return
 	case a.Manifest.Hash() != offer.Hash || a.Plan.Model != offer.Hash:
-		m.refuse(a, "bad_manifest", fmt.Errorf("the plan's model %s or its manifest %s is not the offered %s", a.Plan.Model, a.Manifest.Hash(), offer.Hash))
+		refuse("bad_manifest", fmt.Errorf("the plan's model %s or its manifest %s is not the offered %s", a.Plan.Model, a.Manifest.Hash(), offer.Hash))
 		return
 	}
 	self := shard.KeyOf(m.cfg.Key)
@@ -422,7 +748,7 @@ func (m *Member) assign(a *relaymsg.RingAssign) {
 		}
 	}
 	if me == nil {
-		m.refuse(a, "not_member", fmt.Errorf("%s holds no place in plan %s", self, a.Hash))
+		refuse("not_member", fmt.Errorf("%s holds no place in plan %s", self, a.Hash))
 		return
 	}
 	peers := map[shard.PublicKey]string{}
@@ -435,6 +761,8 @@ func (m *Member) assign(a *relaymsg.RingAssign) {
 	}
 	m.srv.Allow(keys...)
 	measured := map[shard.PublicKey]int64{}
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.ProbeTimeout)
+	defer cancel()
 	for _, nb := range []shard.PublicKey{me.Prev, me.Next} {
 		if nb == a.Plan.Coordinator {
 			// The gateway coordinates but is off the activation path:
@@ -444,65 +772,159 @@ func (m *Member) assign(a *relaymsg.RingAssign) {
 		}
 		addr, ok := peers[nb]
 		if !ok {
-			m.refuse(a, "no_address", fmt.Errorf("the assignment gives no address for neighbour %s", nb))
+			refuse("no_address", fmt.Errorf("the assignment gives no address for neighbour %s", nb))
 			return
 		}
-		d, err := m.probePeer(nb, addr)
+		d, err := m.probePeer(pctx, nb, addr)
 		if err != nil {
-			m.refuse(a, "neighbour_unreachable", fmt.Errorf("neighbour %s at %s: %w", nb, addr, err))
+			refuse("neighbour_unreachable", fmt.Errorf("neighbour %s at %s: %w", nb, addr, err))
 			return
 		}
 		measured[nb] = max(d.Microseconds(), 1)
 	}
 	acc, err := shard.Accept(m.cfg.Key, a.Inputs, a.Hash, measured, shard.DefaultTolerance, m.cfg.Now())
 	if err != nil {
-		m.refuse(a, "plan_rejected", err)
+		refuse("plan_rejected", err)
 		return
 	}
 	blobs, err := a.Manifest.Blobs(me.LayerStart, me.LayerEnd)
 	if err != nil {
-		m.refuse(a, "bad_range", err)
+		refuse("bad_range", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Minute)
-	defer cancel()
 	dir := m.dir(offer.Hash)
 	start := time.Now()
-	if err := shard.Pull(ctx, shard.HTTPSource{Base: a.BlobURL, Client: m.cfg.HTTP}, dir, blobs); err != nil {
-		m.refuse(a, "pull_failed", err)
+	if err := m.pull(ctx, shard.HTTPSource{Base: a.BlobURL, Client: m.cfg.HTTP}, dir, blobs); err != nil {
+		refuse("pull_failed", err)
 		return
 	}
 	part, err := m.part(dir, &a.Manifest, offer.Hash, me.LayerStart, me.LayerEnd)
 	if err != nil {
-		m.refuse(a, "load_failed", err)
+		refuse("load_failed", err)
 		return
 	}
 	m.cfg.Log.Info("ring member: layers loaded", "model", a.Model, "plan", a.Hash, "stage", me.Stage, "role", me.Role,
 		"layers", fmt.Sprintf("[%d,%d)", me.LayerStart, me.LayerEnd), "ms", time.Since(start).Milliseconds())
-	if err := m.srv.Serve(&Assignment{Model: a.Model, Hash: a.Hash, Plan: a.Plan, Manifest: a.Manifest,
-		Peers: peers, Part: part, Workers: m.cfg.Workers}); err != nil {
-		m.refuse(a, "serve_failed", err)
+	if !m.serve(t, a, &Assignment{Model: a.Model, Hash: a.Hash, Plan: a.Plan, Manifest: a.Manifest,
+		Peers: peers, Part: part, Workers: m.cfg.Workers, ContextTokens: int(a.Inputs.Params.ContextTokens)}, *me, refuse) {
 		return
 	}
-	m.mu.Lock()
-	m.plans[a.Model] = &memberPlan{hash: a.Hash, me: *me}
-	m.mu.Unlock()
 	if err := m.sendMsg(&relaymsg.RingReady{Model: a.Model, Acceptance: acc}); err != nil {
 		m.cfg.Log.Warn("ring member: send ready", "err", err)
 	}
+}
+
+// serve starts serving an assignment if t is still its model's current
+// one, and records the plan; it reports whether the plan is served (and
+// the ready is due).
+func (m *Member) serve(t *task, a *relaymsg.RingAssign, as *Assignment, me shard.Member, refuse func(string, error)) bool {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if !m.current(m.assigns, a.Model, t) {
+		m.cfg.Log.Info("ring member: assignment cancelled before serving", "model", a.Model, "plan", a.Hash)
+		return false
+	}
+	if err := m.srv.Serve(as); err != nil {
+		refuse("serve_failed", err)
+		return false
+	}
+	m.mu.Lock()
+	ok := m.currentLocked(m.assigns, a.Model, t)
+	if ok {
+		m.plans[a.Model] = &memberPlan{hash: a.Hash, gen: t.gen, me: me}
+	}
+	m.mu.Unlock()
+	if !ok {
+		// Voided while Serve ran: a disband or a newer assignment
+		// cancelled it, and found nothing to drop yet.
+		m.srv.Drop(a.Hash)
+		m.cfg.Log.Info("ring member: assignment cancelled while serving it", "model", a.Model, "plan", a.Hash)
+	}
+	return ok
+}
+
+// pull fetches blobs into dir, one pull at a time per directory: two
+// pulls of one blob would share its .part file.
+func (m *Member) pull(ctx context.Context, src shard.Source, dir string, blobs []shard.Blob) error {
+	unlock, err := m.pulls.lock(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("ringmember: waiting for another pull into %s: %w", dir, err)
+	}
+	defer unlock()
+	return shard.Pull(ctx, src, dir, blobs)
+}
+
+// dirLocks serialise the pulls into each model directory.
+type dirLocks struct {
+	mu    sync.Mutex
+	locks map[string]*dirLock
+}
+
+type dirLock struct {
+	sem     chan struct{}
+	waiting int // pulls waiting for the one under way (for tests)
+}
+
+// lock takes dir's lock, waiting for the pull that holds it until ctx
+// ends.
+func (l *dirLocks) lock(ctx context.Context, dir string) (unlock func(), err error) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]*dirLock{}
+	}
+	d := l.locks[dir]
+	if d == nil {
+		d = &dirLock{sem: make(chan struct{}, 1)}
+		l.locks[dir] = d
+	}
+	d.waiting++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		d.waiting--
+		l.mu.Unlock()
+	}()
+	select {
+	case d.sem <- struct{}{}:
+		return func() { <-d.sem }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// waiters is how many pulls wait for dir's lock.
+func (l *dirLocks) waiters(dir string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := l.locks[dir]; d != nil {
+		return d.waiting
+	}
+	return 0
 }
 
 // part opens a model's layer range from dir, or returns it if open.
 func (m *Member) part(dir string, man *shard.Manifest, model shard.Hash, first, last int) (*shardblob.Part, error) {
 	k := partKey{model, first, last}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if p := m.parts[k]; p != nil {
+	p := m.parts[k]
+	m.mu.Unlock()
+	if p != nil {
 		return p, nil
 	}
 	p, err := shardblob.Open(dir, man, first, last, m.cfg.Workers)
 	if err != nil {
 		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.closed:
+		p.Close()
+		return nil, errors.New("ringmember: the member is closed")
+	case m.parts[k] != nil:
+		// Opened meanwhile by another assignment: keep one.
+		p.Close()
+		return m.parts[k], nil
 	}
 	m.parts[k] = p
 	return p, nil
@@ -528,25 +950,36 @@ func (m *Member) Drives(model string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.plans[model]
-	return p != nil && p.serving && p.me.Stage == 0 && p.me.Role == shard.RolePrimary
+	return !m.closed && p != nil && p.serving && p.me.Stage == 0 && p.me.Role == shard.RolePrimary
 }
 
 // ErrNotDriving fails a job of a ring this member does not drive (any
 // more): the agent reports it, and the gateway moves the job.
 var ErrNotDriving = errors.New("ringmember: this worker does not drive that ring")
 
-// Chat runs a ring job around the ring this member drives.
+// Chat runs a ring job around the ring this member drives (Server.Chat:
+// a job whose ctx ends mid-reply still returns the ring's account, with
+// the error). Close waits for it.
 func (m *Member) Chat(ctx context.Context, job *relaymsg.Job, emit func(oaiwire.Delta) error) (backend.Result, *relaymsg.RingDone, error) {
 	m.mu.Lock()
 	p := m.plans[job.Model]
-	m.mu.Unlock()
+	var err error
 	switch {
+	case m.closed:
+		err = fmt.Errorf("%w: the member is closed", ErrNotDriving)
 	case p == nil || !p.serving:
-		return backend.Result{}, nil, fmt.Errorf("%w: %s", ErrNotDriving, job.Model)
+		err = fmt.Errorf("%w: %s", ErrNotDriving, job.Model)
 	case job.Ring == nil:
-		return backend.Result{}, nil, fmt.Errorf("ringmember: job %s of ring model %s carries no ring", job.Job, job.Model)
+		err = fmt.Errorf("ringmember: job %s of ring model %s carries no ring", job.Job, job.Model)
 	case job.Ring.Plan != p.hash:
-		return backend.Result{}, nil, fmt.Errorf("%w: the job names plan %s, this member serves %s", ErrNotDriving, job.Ring.Plan, p.hash)
+		err = fmt.Errorf("%w: the job names plan %s, this member serves %s", ErrNotDriving, job.Ring.Plan, p.hash)
+	default:
+		m.chats.Add(1)
 	}
+	m.mu.Unlock()
+	if err != nil {
+		return backend.Result{}, nil, err
+	}
+	defer m.chats.Done()
 	return m.srv.Chat(ctx, Job{ID: job.Job, Ring: *job.Ring}, &job.Request, emit)
 }

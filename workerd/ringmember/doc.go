@@ -17,7 +17,38 @@
 // tokenizer and chat template from the embedding blob's metadata, and
 // runs the token loop (Server.Chat) with builtin.Text.Generate, the loop
 // the built-in backend runs: for any request the ring's reply is the
-// built-in backend's on the whole model file, token for token.
+// built-in backend's on the whole model file, token for token, within the
+// plan's context (Assignment.ContextTokens, the positions every stage
+// reserved memory for: the driver cuts a reply to fit, refuses a prompt
+// that does not, and every stage refuses a frame past it). A job whose
+// context ends mid-reply (the agent's reply deadline) is still closed
+// around the ring, under a short context of the driver's own, so the
+// reply sent so far settles: Chat returns the ring's account with the
+// context's error. Close waits for the Chat calls under way, which end
+// promptly once the ring is stopped, so the layers they read can be
+// closed after it.
+//
+// # Membership
+//
+// A Member is the control side (the relay's ring messages, through the
+// agent). Because a Server serves one plan at a time, a Member holds — or
+// takes — a plan of one ring model at a time: an assignment of another
+// model meanwhile is refused with ring_refuse code "busy". Each model has
+// at most one assignment, one probe and one announce loop under way; a
+// newer one of its kind cancels the one before, a disband of its plan
+// cancels an assignment, and a new relay connection (Attach) cancels all
+// three. An assignment checks that it is still its model's current one
+// before it serves and before it says ready, so a voided plan never
+// replaces a newer one; pulls into one model's blob cache run one at a
+// time. A probe dials every peer at once and retries each a few times
+// within one deadline (MemberConfig.ProbeTimeout, well under the
+// gateway's wait for the rows), leaving unreachable peers out of its row.
+// Attach keeps serving the plans held — the agent keeps the connection
+// it replaces until its jobs are done, and the gateway disbands or
+// replaces a plan itself — and announces on the new connection again
+// with backoff until a probe or an assignment of the model comes, since a
+// refused announce is answered with an error the member does not see.
+// Handle returns at once: what takes time runs in goroutines of its own.
 //
 // # Connections
 //
@@ -60,7 +91,9 @@
 // on toward the driver, which fails the job, as it does when a stage's
 // connection ends or a step's answer does not come within the step
 // timeout. A failed or abandoned job is dropped around the ring the same
-// way.
+// way. The driver fails a job that an error frame ended with a fixed
+// reason (ErrStageFailed): a peer's text goes into no error, log or
+// Fail message.
 //
 // # Receipts
 //

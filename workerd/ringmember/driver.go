@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
@@ -26,25 +27,53 @@ type Job struct {
 	Ring relaymsg.RingJob
 }
 
+// closeGrace bounds the close of a job cut short by its caller's context
+// (the agent's reply deadline; the gateway waits 5 s past it for the
+// job's last message): the ring is closed under a context of its own, so
+// the stages' receipts still settle the reply sent so far.
+const closeGrace = 2 * time.Second
+
+// ErrStageFailed fails a job that a stage of the ring reported failed (an
+// error frame came back around the ring). The frame's text is a peer's:
+// it is not echoed into the error, nor into any log above debug (which
+// logs its size only), nor into the job's Fail message.
+var ErrStageFailed = errors.New("ringmember: a stage of the ring failed the job")
+
+// errInterrupted marks a wait for the ring's answer cut short by the
+// caller's context: the step stays in flight, and the job can still be
+// closed.
+var errInterrupted = errors.New("ringmember: interrupted")
+
 // Chat runs a chat job on the ring this member drives (stage 0 of the
 // plan the job names). It renders the prompt with the chat template and
 // tokenizer of the model's embedding blob and runs the token loop around
 // the ring: it behaves as the built-in backend does on the whole model
 // file — the same tokens, deltas, stop strings, max_tokens and context
-// cap, finish reason and usage (both run builtin.Text.Generate). On
-// success it also returns the ring's account of the job: the driver's
-// hash chains and every stage's signed receipt, for the gateway to
-// settle with shard.Verify. Any failure of the ring (a stage gone, a bad
-// frame, a step timeout) fails the job; request errors wrap
-// builtin.ErrRequest.
-func (s *Server) Chat(ctx context.Context, job Job, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (backend.Result, *relaymsg.RingDone, error) {
+// cap (the plan's context, Assignment.ContextTokens), finish reason and
+// usage (both run builtin.Text.Generate). On success it also returns the
+// ring's account of the job: the driver's hash chains and every stage's
+// signed receipt, for the gateway to settle with shard.Verify. Any
+// failure of the ring (a stage gone, a bad frame, a step timeout) fails
+// the job; request errors wrap builtin.ErrRequest; a panic (in emit, say)
+// fails the job and leaves the ring to the next one.
+//
+// When ctx ends mid-reply (the agent's reply deadline, or a cancel), the
+// reply sent so far still settles: Chat closes the ring under a context
+// of its own (closeGrace at most) and returns, with ctx's error, the
+// usage so far (finish "length", the completion tokens the loop got) and
+// the ring's account, whose receipts cover every position the ring ran.
+// The account is nil when the ring could not be closed (nothing ran yet,
+// a stage failed, the plan was dropped).
+func (s *Server) Chat(ctx context.Context, job Job, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (res backend.Result, done *relaymsg.RingDone, err error) {
 	if err := validate.Struct(&job); err != nil {
 		return backend.Result{}, nil, fmt.Errorf("ringmember: job id %q: want 1 to 64 printable ASCII characters (stage frames carry it)", job.ID)
 	}
-	r := s.current()
-	switch {
-	case r == nil:
+	r := s.startChat()
+	if r == nil {
 		return backend.Result{}, nil, fmt.Errorf("%w: this member serves no plan", ErrNotServing)
+	}
+	defer s.chats.Done()
+	switch {
 	case r.hash != job.Ring.Plan:
 		return backend.Result{}, nil, fmt.Errorf("%w: job %q is for plan %s, this member serves %s", ErrNotServing, job.ID, job.Ring.Plan, r.hash)
 	case r.held || !r.driver:
@@ -59,17 +88,35 @@ func (s *Server) Chat(ctx context.Context, job Job, req *oaiwire.ChatRequest, em
 	if err != nil {
 		return backend.Result{}, nil, err
 	}
-	res, err := r.text.Generate(d.ctx, d, prompt, req, emit)
+	// The ring goes to the next job however this one ends.
+	defer d.release()
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("ringmember: job panicked", "job", job.ID, "panic", p)
+			res, done, err = backend.Result{}, nil, fmt.Errorf("ringmember: job %q: internal error (a panic; see the log)", job.ID)
+			d.abort(err)
+		}
+	}()
+	res, err = r.text.Generate(d.ctx, d, prompt, req, emit)
 	if err != nil {
 		if cause := context.Cause(d.ctx); cause != nil && !errors.Is(err, cause) {
 			// The engine reports a cancelled context as ctx.Err(); say
 			// why it ended (the caller's cancel, or the plan dropped).
 			err = fmt.Errorf("%w (%w)", cause, err)
 		}
-		d.abort(err)
-		return backend.Result{}, nil, err
+		if ctx.Err() == nil || !d.closable() {
+			d.abort(err)
+			return backend.Result{}, nil, err
+		}
+		done, cerr := d.finish(ctx)
+		if cerr != nil {
+			r.log.Info("ringmember: a job cut short could not be closed", "job", job.ID, "err", cerr)
+			return backend.Result{}, nil, err
+		}
+		r.log.Debug("ringmember: job cut short and closed", "job", job.ID, "positions", done.TokenEnd)
+		return d.usage(), done, err
 	}
-	done, err := d.finish()
+	done, err = d.finish(ctx)
 	if err != nil {
 		return backend.Result{}, nil, err
 	}
@@ -93,6 +140,18 @@ type driverJob struct {
 	step   uint32
 	events chan inEvent
 	done   chan struct{}
+	// tokens is how many tokens Next returned: the reply's completion
+	// tokens so far.
+	tokens int64
+	// pending: a step was sent and its answer not yet taken (a wait cut
+	// short by the caller's context), with pendingWant token ids to
+	// come. broken: the job's frames and chains may disagree with the
+	// stages' (a failed send, a bad answer); it cannot be closed.
+	pending     bool
+	pendingWant int
+	broken      bool
+	// closing is set when the close begins (tests wait for it).
+	closing atomic.Bool
 
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -197,26 +256,34 @@ func (d *driverJob) Next(ctx context.Context, tokens []int32) (int32, error) {
 	if id < 0 {
 		return 0, fmt.Errorf("ringmember: job %q: the tokens end inside the prompt of %d", d.open.Job, d.open.Prompt)
 	}
+	d.tokens++
 	return id, nil
 }
 
 // runChunk embeds one chunk, runs the driver's layers and sends the hidden
 // states on; it returns the tokens the last stage answers (one for a
-// final chunk, none for an earlier prompt chunk).
+// final chunk, none for an earlier prompt chunk). A ctx that ends before
+// the chunk is sent leaves the job as it was; one that ends while the
+// answer is awaited leaves the step in flight: either way the job can
+// still be closed.
 func (d *driverJob) runChunk(ctx context.Context, part []int32, final bool) ([]int32, error) {
 	r := d.r
 	pos := d.st.Len()
-	d.step++
-	// The driver's input chain is over the tokens it fed its embedding,
-	// as if it had received them in a tokens frame.
-	d.in.add(stagenet.KindTokens, d.step, uint32(pos), sha256.Sum256(encodeTokens(part)))
+	if pos+len(part) > r.ctxTokens {
+		return nil, fmt.Errorf("ringmember: job %q: positions up to %d, past the plan's context of %d", d.open.Job, pos+len(part), r.ctxTokens)
+	}
 	h, err := r.model.Embed(part, pos)
 	if err != nil {
 		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
 	}
+	// A Forward cut short leaves the cache as it was.
 	if err := d.st.Forward(ctx, h); err != nil {
 		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
 	}
+	d.step++
+	// The driver's input chain is over the tokens it fed its embedding,
+	// as if it had received them in a tokens frame.
+	d.in.add(stagenet.KindTokens, d.step, uint32(pos), sha256.Sum256(encodeTokens(part)))
 	d.positions += int64(len(part))
 	if r.stages == 1 {
 		var ids []int32
@@ -224,6 +291,7 @@ func (d *driverJob) runChunk(ctx context.Context, part []int32, final bool) ([]i
 			last := &engine.Hidden{Pos: h.Pos + h.Tokens - 1, Tokens: 1, Dim: h.Dim, Data: h.Row(h.Tokens - 1)}
 			lg, err := r.model.Head(last)
 			if err != nil {
+				d.broken = true
 				return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
 			}
 			ids = []int32{d.smp.Sample(lg.Data)}
@@ -237,10 +305,15 @@ func (d *driverJob) runChunk(ctx context.Context, part []int32, final bool) ([]i
 	}
 	wire, err := engine.EncodeHidden(h, engine.F32)
 	if err != nil {
+		d.broken = true
 		return nil, err
 	}
 	f := &stagenet.Frame{Kind: stagenet.KindHidden, Job: d.open.Job, Step: d.step, Pos: uint32(pos), Payload: wire, Hash: engine.HashHidden(wire)}
-	if err := r.send(ctx, f); err != nil {
+	// Sent under the ring's context, not the caller's: a send cut short
+	// could leave the next stage part of a frame, and a step's send
+	// waits on nothing (the ring runs in lockstep).
+	if err := r.send(r.ctx, f); err != nil {
+		d.broken = true
 		return nil, err
 	}
 	d.out.addFrame(f)
@@ -248,18 +321,33 @@ func (d *driverJob) runChunk(ctx context.Context, part []int32, final bool) ([]i
 	if final {
 		want = 1
 	}
+	d.pending, d.pendingWant = true, want
+	return d.answer(ctx, want)
+}
+
+// answer waits for the last stage's answer to the step in flight, a
+// tokens frame with want ids (none: a non-final prompt chunk, or a
+// truncation's acknowledgement), and takes it into the output chain. A
+// wait cut short by ctx leaves the step in flight; any other failure
+// breaks the job.
+func (d *driverJob) answer(ctx context.Context, want int) ([]int32, error) {
 	ans, err := d.await(ctx, stagenet.KindTokens)
 	if err != nil {
+		if !errors.Is(err, errInterrupted) {
+			d.broken = true
+		}
 		return nil, err
 	}
-	ids, err := decodeTokens(ans.Payload, maxTokensPerFrame, r.cfg.Vocab)
+	ids, err := decodeTokens(ans.Payload, maxTokensPerFrame, d.r.cfg.Vocab)
+	if err == nil && len(ids) != want {
+		err = badFrame("job %q: step %d answered with %d tokens, %d expected", d.open.Job, d.step, len(ids), want)
+	}
 	if err != nil {
+		d.broken = true
 		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
 	}
-	if len(ids) != want {
-		return nil, badFrame("job %q: step %d answered with %d tokens, %d expected", d.open.Job, d.step, len(ids), want)
-	}
 	d.recv.addFrame(&ans)
+	d.pending = false
 	return ids, nil
 }
 
@@ -271,12 +359,12 @@ func (d *driverJob) truncate(ctx context.Context, n int) error {
 	if n < 0 || n > d.st.Len() {
 		return fmt.Errorf("ringmember: job %q: truncate to %d positions, the cache holds %d", d.open.Job, n, d.st.Len())
 	}
-	d.step++
-	empty := sha256.Sum256(nil)
-	d.in.add(stagenet.KindTruncate, d.step, uint32(n), empty)
 	if err := d.st.Truncate(n); err != nil {
 		return err
 	}
+	d.step++
+	empty := sha256.Sum256(nil)
+	d.in.add(stagenet.KindTruncate, d.step, uint32(n), empty)
 	if r.stages == 1 {
 		f := tokensFrame(d.open.Job, d.step, n, nil)
 		d.out.addFrame(f)
@@ -284,19 +372,14 @@ func (d *driverJob) truncate(ctx context.Context, n int) error {
 		return nil
 	}
 	f := &stagenet.Frame{Kind: stagenet.KindTruncate, Job: d.open.Job, Step: d.step, Pos: uint32(n), Hash: empty}
-	if err := r.send(ctx, f); err != nil {
+	if err := r.send(r.ctx, f); err != nil {
+		d.broken = true
 		return err
 	}
 	d.out.addFrame(f)
-	ans, err := d.await(ctx, stagenet.KindTokens)
-	if err != nil {
-		return err
-	}
-	if len(ans.Payload) != 0 {
-		return badFrame("job %q: truncate answered with %d payload bytes, none expected", d.open.Job, len(ans.Payload))
-	}
-	d.recv.addFrame(&ans)
-	return nil
+	d.pending, d.pendingWant = true, 0
+	_, err := d.answer(ctx, 0)
+	return err
 }
 
 // await waits for the answer to the current step from the last stage.
@@ -311,7 +394,8 @@ func (d *driverJob) await(ctx context.Context, kind stagenet.Kind) (stagenet.Fra
 		f := ev.f
 		switch {
 		case f.Kind == stagenet.KindError:
-			return f, fmt.Errorf("ringmember: job %q failed on the ring: %q", d.open.Job, f.Payload)
+			d.r.log.Debug("ringmember: a stage failed the job", "job", d.open.Job, "step", d.step, "reason_bytes", len(f.Payload))
+			return f, fmt.Errorf("ringmember: job %q: %w", d.open.Job, ErrStageFailed)
 		case f.Job != d.open.Job:
 			return f, badFrame("%s frame for job %q while job %q runs", f.Kind, f.Job, d.open.Job)
 		case f.Kind != kind:
@@ -325,14 +409,17 @@ func (d *driverJob) await(ctx context.Context, kind stagenet.Kind) (stagenet.Fra
 	case <-t.C:
 		return stagenet.Frame{}, fmt.Errorf("ringmember: job %q: no answer from the ring within %s (step %d)", d.open.Job, d.r.s.o.stepTimeout, d.step)
 	case <-ctx.Done():
-		return stagenet.Frame{}, fmt.Errorf("ringmember: job %q: %w", d.open.Job, context.Cause(ctx))
+		return stagenet.Frame{}, fmt.Errorf("ringmember: job %q: %w: %w", d.open.Job, errInterrupted, context.Cause(ctx))
 	}
 }
 
 // finish closes the job around the ring, gathering every stage's
-// receipt, and adds the driver's own.
-func (d *driverJob) finish() (*relaymsg.RingDone, error) {
-	done, err := d.close()
+// receipt, and adds the driver's own. It runs under a context of its own
+// (closeContext), so a job whose caller's context ended still closes.
+func (d *driverJob) finish(caller context.Context) (*relaymsg.RingDone, error) {
+	ctx, cancel := d.closeContext(caller)
+	defer cancel()
+	done, err := d.close(ctx)
 	if err != nil {
 		d.abort(err)
 		return nil, err
@@ -341,8 +428,46 @@ func (d *driverJob) finish() (*relaymsg.RingDone, error) {
 	return done, nil
 }
 
-func (d *driverJob) close() (*relaymsg.RingDone, error) {
+// closable reports whether the job can be closed: its frames and chains
+// agree with the stages', it ran some positions (a receipt covers at
+// least one), and its plan is still served.
+func (d *driverJob) closable() bool {
+	return !d.broken && d.positions > 0 && d.r.ctx.Err() == nil
+}
+
+// closeContext is what a job's close runs under: the ring's context for
+// a step timeout, cut to closeGrace once the caller's context has ended
+// (at once if it has already).
+func (d *driverJob) closeContext(caller context.Context) (context.Context, context.CancelFunc) {
+	if caller.Err() != nil {
+		return context.WithTimeout(d.r.ctx, closeGrace)
+	}
+	ctx, cancel := context.WithTimeout(d.r.ctx, d.r.s.o.stepTimeout)
+	stop := context.AfterFunc(caller, func() { time.AfterFunc(closeGrace, cancel) })
+	return ctx, func() { stop(); cancel() }
+}
+
+// usage is the reply's usage so far, for a job cut short: the prompt and
+// the tokens the loop got, finished by length.
+func (d *driverJob) usage() backend.Result {
+	u := oaiwire.Usage{PromptTokens: int64(d.open.Prompt), CompletionTokens: d.tokens}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return backend.Result{FinishReason: oaiwire.FinishLength, Usage: u}
+}
+
+// close takes the answer of a step still in flight, then sends the Close
+// around the ring and returns the ring's account with every receipt.
+func (d *driverJob) close(ctx context.Context) (*relaymsg.RingDone, error) {
 	r := d.r
+	d.closing.Store(true)
+	if d.broken {
+		return nil, fmt.Errorf("ringmember: job %q cannot be closed: the ring's account of it is broken", d.open.Job)
+	}
+	if d.pending {
+		if _, err := d.answer(ctx, d.pendingWant); err != nil {
+			return nil, err
+		}
+	}
 	d.step++
 	var rs []shard.Receipt
 	if r.stages > 1 {
@@ -351,10 +476,10 @@ func (d *driverJob) close() (*relaymsg.RingDone, error) {
 			return nil, err
 		}
 		f := &stagenet.Frame{Kind: stagenet.KindClose, Job: d.open.Job, Step: d.step, Pos: uint32(d.st.Len()), Payload: payload}
-		if err := r.send(d.ctx, f); err != nil {
+		if err := r.send(ctx, f); err != nil {
 			return nil, err
 		}
-		ans, err := d.await(d.ctx, stagenet.KindClose)
+		ans, err := d.await(ctx, stagenet.KindClose)
 		if err != nil {
 			return nil, err
 		}

@@ -41,9 +41,15 @@ type peerHarness struct {
 // this process; the test plays its neighbours.
 func newPeerHarness(t *testing.T, m *testModel, n, stage int) *peerHarness {
 	t.Helper()
+	return newPeerHarnessWith(t, m, n, stage, planContext)
+}
+
+// newPeerHarnessWith is newPeerHarness with the assignment's context.
+func newPeerHarnessWith(t *testing.T, m *testModel, n, stage, ctxTokens int) *peerHarness {
+	t.Helper()
 	keys := memberKeys(m.name+"-peers", n)
 	plan, hash := planFor(t, m, keys)
-	tr := &testRing{m: m, plan: plan, hash: hash, keys: keys}
+	tr := &testRing{m: m, plan: plan, hash: hash, keys: keys, ctxTokens: ctxTokens}
 	h := &peerHarness{t: t, tr: tr, stage: stage, keys: map[int]ed25519.PrivateKey{}}
 	for s := range n {
 		pm, _ := plan.Primary(s)
@@ -360,7 +366,7 @@ func TestDriverRefusesBadAnswers(t *testing.T) {
 		}, "hidden frame came back"},
 		{"a failure on the ring", func(job string, n int) *stagenet.Frame {
 			return &stagenet.Frame{Kind: stagenet.KindError, Job: job, Payload: []byte("stage 1 is out of memory")}
-		}, "out of memory"},
+		}, ErrStageFailed.Error()},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -390,6 +396,9 @@ func TestDriverRefusesBadAnswers(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("chat error %v, want one mentioning %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "out of memory") {
+				t.Fatalf("chat error %v echoes the error frame's text", err)
 			}
 			h.expect(t, stagenet.KindError, job.ID) // the driver drops the job around the ring
 		})
@@ -491,7 +500,7 @@ func TestTruncate(t *testing.T) {
 			if err := d.truncate(ctx, len(prompt)+5); err == nil {
 				t.Fatal("truncated past the cache")
 			}
-			done, err := d.finish()
+			done, err := d.finish(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

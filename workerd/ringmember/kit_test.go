@@ -123,6 +123,10 @@ func loadModel(t testing.TB, name string, o testmodel.Options) *testModel {
 	return m
 }
 
+// planContext is the test plans' context (shard.Params.ContextTokens):
+// the test models' own.
+const planContext = 256
+
 // testKey is a fixed key per name.
 func testKey(name string) ed25519.PrivateKey {
 	seed := sha256.Sum256([]byte("c0mpute-ringmember-test-key:" + name))
@@ -145,8 +149,17 @@ func planFor(t testing.TB, m *testModel, keys []ed25519.PrivateKey) (shard.Plan,
 // the keys.
 func planWith(t testing.TB, m *testModel, keys []ed25519.PrivateKey, n, standbys int) (shard.Plan, shard.Hash) {
 	t.Helper()
+	_, plan, hash := planInputs(t, m, keys, n, standbys, "")
+	return plan, hash
+}
+
+// planInputs is planWith with the signed inputs the plan is computed from
+// (what a ring_assign carries); variant changes the params' seed, and
+// with it the plan's hash.
+func planInputs(t testing.TB, m *testModel, keys []ed25519.PrivateKey, n, standbys int, variant string) (shard.Inputs, shard.Plan, shard.Hash) {
+	t.Helper()
 	md := m.pub.Model
-	const ctxTokens = 256
+	const ctxTokens = planContext
 	perLayer := md.LayerBytes + md.KVBytesPerToken*ctxTokens
 	// Room for an even share of the layers plus either boundary, so the
 	// planner cannot pile every layer on one member.
@@ -155,7 +168,7 @@ func planWith(t testing.TB, m *testModel, keys []ed25519.PrivateKey, n, standbys
 	now := time.Now().UnixMilli()
 	in := shard.Inputs{Model: md}
 	in.Params = shard.Params{Model: md.Hash, Admission: "open", VRAMFloorBytes: perLayer, ContextTokens: ctxTokens,
-		MinStages: n, MaxStages: n, Standbys: standbys, Pinning: shard.PinNone, Seed: sha256.Sum256([]byte("ringmember-test-seed")), Time: now}
+		MinStages: n, MaxStages: n, Standbys: standbys, Pinning: shard.PinNone, Seed: sha256.Sum256([]byte("ringmember-test-seed" + variant)), Time: now}
 	in.Params.Sign(gatewayKey)
 	gw := shard.KeyOf(gatewayKey)
 	gwRow := shard.RTTRow{Time: now}
@@ -182,7 +195,7 @@ func planWith(t testing.TB, m *testModel, keys []ed25519.PrivateKey, n, standbys
 	if res.Plan.Stages != n {
 		t.Fatalf("the planner made %d stages, want %d", res.Plan.Stages, n)
 	}
-	return res.Plan, res.Hash
+	return in, res.Plan, res.Hash
 }
 
 // memberKeys are n fixed keys for a ring of a model.
@@ -244,6 +257,8 @@ type testRing struct {
 	// stages and for stage 0).
 	children []*child
 	servers  []*Server // in-process stage servers by stage
+	// ctxTokens is the assignments' context (0: planContext).
+	ctxTokens int
 }
 
 // newDriver starts stage 0's server in this process, allowing every plan
@@ -273,16 +288,27 @@ func (tr *testRing) assignment(t testing.TB, stage int, peers map[shard.PublicKe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { part.Close() })
-	return &Assignment{Model: tr.m.name, Hash: tr.hash, Plan: tr.plan, Manifest: tr.m.pub.Manifest, Peers: peers, Part: part, Workers: 1}
+	ctxTokens := tr.ctxTokens
+	if ctxTokens == 0 {
+		ctxTokens = planContext
+	}
+	return &Assignment{Model: tr.m.name, Hash: tr.hash, Plan: tr.plan, Manifest: tr.m.pub.Manifest, Peers: peers, Part: part, Workers: 1,
+		ContextTokens: ctxTokens}
 }
 
 // startInProcess runs every stage of an n-stage ring as a Server in this
 // process (for tests of the protocol rather than of process boundaries).
 func startInProcess(t testing.TB, m *testModel, n int, opts ...Option) *testRing {
 	t.Helper()
+	return startInProcessWith(t, m, n, planContext, opts...)
+}
+
+// startInProcessWith is startInProcess with the assignments' context.
+func startInProcessWith(t testing.TB, m *testModel, n, ctxTokens int, opts ...Option) *testRing {
+	t.Helper()
 	keys := memberKeys(m.name+"-inproc", n)
 	plan, hash := planFor(t, m, keys)
-	tr := &testRing{m: m, plan: plan, hash: hash, keys: keys, servers: make([]*Server, n)}
+	tr := &testRing{m: m, plan: plan, hash: hash, keys: keys, servers: make([]*Server, n), ctxTokens: ctxTokens}
 	newDriver(t, tr, opts...)
 	tr.servers[0] = tr.driver
 	peers := map[shard.PublicKey]string{}
@@ -546,7 +572,8 @@ func stageProcess(path string) int {
 		}
 		peers[pk] = v
 	}
-	if err := srv.Serve(&Assignment{Model: spec.Model, Hash: spec.Hash, Plan: spec.Plan, Manifest: spec.Manifest, Peers: peers, Part: part, Workers: 1}); err != nil {
+	if err := srv.Serve(&Assignment{Model: spec.Model, Hash: spec.Hash, Plan: spec.Plan, Manifest: spec.Manifest, Peers: peers, Part: part, Workers: 1,
+		ContextTokens: planContext}); err != nil {
 		return fail("%v", err)
 	}
 	fmt.Println("serving")
@@ -599,11 +626,23 @@ func (m *testModel) reference(req *oaiwire.ChatRequest) backendtest.Collected {
 	return backendtest.Run(context.Background(), m.ref, builtin.ModelID(m.path), req)
 }
 
-// verify settles a chat's ring account as the gateway does: a job record
+// verify settles a chat's ring account as the gateway does (settle), and
+// requires the receipts to cover every position of the reply.
+func (tr *testRing) verify(t testing.TB, c chatResult) {
+	t.Helper()
+	tr.settle(t, c)
+	d := c.done
+	if want := c.Result.Usage.PromptTokens + c.Result.Usage.CompletionTokens - 1; d.TokenEnd != want {
+		// Every token but the last sampled one runs through the ring.
+		t.Errorf("the receipts cover %d positions, the reply ran %d", d.TokenEnd, want)
+	}
+}
+
+// settle settles a chat's ring account as the gateway does: a job record
 // signed by the coordinator, with the Open's nonce and 1000 units to
 // share, through shard.Verify; it requires every stage paid and the
 // shares to sum to 1000.
-func (tr *testRing) verify(t testing.TB, c chatResult) {
+func (tr *testRing) settle(t testing.TB, c chatResult) {
 	t.Helper()
 	if c.done == nil {
 		t.Fatalf("no ring account (error %q)", c.Error)
@@ -622,10 +661,6 @@ func (tr *testRing) verify(t testing.TB, c chatResult) {
 	}
 	if sum != 1000 || len(v.Shares) != tr.plan.Stages {
 		t.Fatalf("shares %+v: %d stages paid %d in all, want %d stages and 1000", v.Shares, len(v.Shares), sum, tr.plan.Stages)
-	}
-	if want := c.Result.Usage.PromptTokens + c.Result.Usage.CompletionTokens - 1; d.TokenEnd != want {
-		// Every token but the last sampled one runs through the ring.
-		t.Errorf("the receipts cover %d positions, the reply ran %d", d.TokenEnd, want)
 	}
 }
 

@@ -42,6 +42,13 @@ type Assignment struct {
 	// (shardblob.Open's workers); the Part's Model already uses them, and
 	// Serve only logs it.
 	Workers int
+	// ContextTokens is the plan's context length
+	// (shard.Params.ContextTokens): the positions every stage reserved KV
+	// memory for. The driver caps each reply so the prompt and the reply
+	// fit in it (a prompt that does not is refused), and every stage
+	// refuses a frame whose positions would go past it. The model's own
+	// context length caps it in turn.
+	ContextTokens int
 }
 
 // Defaults.
@@ -57,6 +64,9 @@ const (
 	// models have 16384), and with it the payload a stage listener
 	// accepts before it knows the plan: MaxChunk positions of F32.
 	maxModelDim = 1 << 14
+	// maxContextTokens bounds an assignment's context, as
+	// shard.Params.ContextTokens is bounded.
+	maxContextTokens = 1 << 24
 	// redial backoff of a member's connection to its next stage.
 	minRedial = 20 * time.Millisecond
 	maxRedial = 2 * time.Second
@@ -109,6 +119,12 @@ type Server struct {
 	allowed map[shard.PublicKey]bool
 	ring    *ring
 	closed  bool
+	// chats counts the driver's Chat calls under way: Close waits for
+	// them, so that a caller may close the Parts once Close returns (a
+	// Chat's embedding and layers read them). waiting says Close is at
+	// that wait (for tests).
+	chats   sync.WaitGroup
+	waiting bool
 }
 
 // NewServer listens for stage connections on listen (host:port; port 0
@@ -229,7 +245,9 @@ func (s *Server) Serve(a *Assignment) error {
 }
 
 // Drop stops serving the plan hash, if it is the one served: its jobs end
-// and its connections close.
+// and its connections close. A Chat running on it returns promptly, but
+// Drop does not wait for it (the Chat's emit may be its caller): Close
+// does, so Parts may be closed once Close returns, not before.
 func (s *Server) Drop(hash shard.Hash) {
 	s.mu.Lock()
 	r := s.ring
@@ -243,7 +261,9 @@ func (s *Server) Drop(hash shard.Hash) {
 }
 
 // Close stops the listener and the plan served, and waits for every
-// goroutine of the server.
+// goroutine of the server and every Chat call under way (which returns
+// promptly once its ring is stopped): once Close returns, nothing of the
+// server reads an Assignment's Part any more.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -260,6 +280,10 @@ func (s *Server) Close() error {
 		r.stop()
 	}
 	s.wg.Wait()
+	s.mu.Lock()
+	s.waiting = true
+	s.mu.Unlock()
+	s.chats.Wait()
 	if err != nil {
 		return fmt.Errorf("ringmember: %w", err)
 	}
@@ -270,6 +294,26 @@ func (s *Server) current() *ring {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ring
+}
+
+// startChat returns the plan served and counts a Chat on it, which must
+// call s.chats.Done when it returns; nil when none is served or the
+// server is closed (nothing counted then).
+func (s *Server) startChat() *ring {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ring == nil {
+		return nil
+	}
+	s.chats.Add(1)
+	return s.ring
+}
+
+// waitingForChats reports whether Close is waiting for Chat calls.
+func (s *Server) waitingForChats() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
 }
 
 // goSafe runs fn in a goroutine the server waits for at Close; a panic
@@ -391,6 +435,9 @@ type ring struct {
 	text                 *builtin.Text // stage 0
 	out                  *link         // nil for a one-stage ring
 	maxPayload           int
+	// ctxTokens is the most positions a job's cache may hold: the
+	// plan's context, capped by the model's.
+	ctxTokens int
 
 	inbox  chan inEvent
 	ended  *recent
@@ -416,6 +463,8 @@ func (s *Server) newRing(a *Assignment) (*ring, error) {
 		return nil, errors.New("ringmember: serve: the assignment has no loaded part: open its layers with shardblob.Open first")
 	case a.Workers < 0:
 		return nil, fmt.Errorf("ringmember: serve: the assignment's workers is %d, want 0 or more", a.Workers)
+	case a.ContextTokens < 1 || a.ContextTokens > maxContextTokens:
+		return nil, fmt.Errorf("ringmember: serve: the assignment's context is %d tokens, want 1 to %d (the plan's params' context_tokens)", a.ContextTokens, maxContextTokens)
 	case len(a.Peers) > relaymsg.MaxRingPeers:
 		return nil, fmt.Errorf("ringmember: serve: the assignment lists %d peers, at most %d", len(a.Peers), relaymsg.MaxRingPeers)
 	}
@@ -474,8 +523,13 @@ func (s *Server) newRing(a *Assignment) (*ring, error) {
 		return nil, fmt.Errorf("ringmember: serve: hidden size %d, at most %d is served", r.cfg.Embd, maxModelDim)
 	}
 	r.maxPayload = maxPayload(r.cfg.Embd)
+	r.ctxTokens = min(a.ContextTokens, r.cfg.Context)
 	if r.driver {
-		t, err := builtin.NewText(a.Part.Metadata(), r.cfg)
+		// The generation loop caps prompt and reply at its config's
+		// context: the plan's, which the stages' memory was planned for.
+		tc := r.cfg
+		tc.Context = r.ctxTokens
+		t, err := builtin.NewText(a.Part.Metadata(), tc)
 		if err != nil {
 			return nil, fmt.Errorf("ringmember: serve: the first stage's metadata: %w", err)
 		}
@@ -893,6 +947,9 @@ func (r *ring) openStageJob(ev inEvent) (*stageJob, error) {
 	if o.Plan != r.hash {
 		return nil, badFrame("job %q is for plan %s, this member serves %s", o.Job, o.Plan, r.hash)
 	}
+	if o.Prompt > r.ctxTokens {
+		return nil, badFrame("job %q: a prompt of %d positions, past the plan's context of %d", o.Job, o.Prompt, r.ctxTokens)
+	}
 	st, err := r.model.NewStage(r.me.LayerStart, r.me.LayerEnd)
 	if err != nil {
 		return nil, err
@@ -937,6 +994,8 @@ func (r *ring) stageHidden(j *stageJob, f *stagenet.Frame) error {
 		return badFrame("job %q: %d positions in one frame, at most %d", f.Job, h.Tokens, MaxChunk)
 	case int(f.Pos) != h.Pos || h.Pos != j.st.Len():
 		return badFrame("job %q: hidden states at position %d (frame says %d), the cache holds %d", f.Job, h.Pos, f.Pos, j.st.Len())
+	case h.Pos+h.Tokens > r.ctxTokens:
+		return badFrame("job %q: hidden states up to position %d, past the plan's context of %d", f.Job, h.Pos+h.Tokens, r.ctxTokens)
 	}
 	j.in.addFrame(f)
 	if err := j.st.Forward(r.ctx, h); err != nil {

@@ -40,6 +40,7 @@ func TestServeRefusesBadAssignments(t *testing.T) {
 		{"the wrong layers", p1.Node, func(*Assignment) {}, "holds layers"},
 		{"no next address", p0.Node, func(a *Assignment) { a.Peers = map[shard.PublicKey]string{p0.Node: "127.0.0.1:1"} }, "no address for stage 1"},
 		{"a bad address", p0.Node, func(a *Assignment) { a.Peers = map[shard.PublicKey]string{p1.Node: "nowhere"} }, "not host:port"},
+		{"no context", p0.Node, func(a *Assignment) { a.ContextTokens = 0 }, "context is 0 tokens"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
