@@ -7,21 +7,12 @@ import (
 
 	"github.com/c0mpute/c0mpute/infra/testmodel"
 	"github.com/c0mpute/c0mpute/workerd/engine"
-	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 )
 
 // load generates a test model and loads it.
 func load(t testing.TB, o testmodel.Options) *engine.Model {
 	t.Helper()
-	b, err := testmodel.Bytes(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := engine.Load(f, 2)
+	m, err := engine.Load(parse(t, o), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
