@@ -307,6 +307,8 @@ type State struct {
 	// Primaries are the identities of the stages' primaries, in stage
 	// order (the first is the driver); nil when there is no plan.
 	Primaries []shard.PublicKey
+	// Layers is how many layers each stage holds, in stage order.
+	Layers []int
 }
 
 // New checks cfg and returns a Former with no ring model loaded: call Load.
@@ -567,6 +569,7 @@ func (rm *ringModel) publish() {
 		for s := range fm.plan.Stages {
 			if m, ok := fm.plan.Primary(s); ok {
 				st.Primaries = append(st.Primaries, m.Node)
+				st.Layers = append(st.Layers, m.LayerEnd-m.LayerStart)
 			}
 		}
 	}

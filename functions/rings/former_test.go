@@ -130,7 +130,7 @@ func TestFormsAndServes(t *testing.T) {
 		t.Errorf("dispatch: registered %+v, dispatched %v", fx.disp.registered, fx.disp.dispatched)
 	}
 	if st := fx.state(); !reflect.DeepEqual(st, rings.State{Model: ringModel, Candidates: 4, Plan: hash, Stages: 3, Serving: true,
-		Primaries: primaries(assigns[conns[0]].Plan)}) {
+		Primaries: primaries(assigns[conns[0]].Plan), Layers: layerCounts(assigns[conns[0]].Plan)}) {
 		t.Errorf("serving: %+v", st)
 	}
 	job, ok := fx.f.JobRing("big-alias", "ticket-1")
@@ -583,6 +583,16 @@ func TestLargestAssignmentFits(t *testing.T) {
 }
 
 // primaries are a plan's stage primaries in stage order.
+// layerCounts is each stage's layer count, in stage order.
+func layerCounts(p shard.Plan) []int {
+	var out []int
+	for s := range p.Stages {
+		m, _ := p.Primary(s)
+		out = append(out, m.LayerEnd-m.LayerStart)
+	}
+	return out
+}
+
 func primaries(p shard.Plan) []shard.PublicKey {
 	var out []shard.PublicKey
 	for s := range p.Stages {

@@ -32,7 +32,7 @@ import (
 // Domain tags, one per record type.
 const (
 	domainCapability = "c0mpute/shard/capability/v1"
-	domainRTT        = "c0mpute/shard/rtt/v1"
+	domainRTT        = "c0mpute/shard/rtt/v2"
 	domainModel      = "c0mpute/shard/model/v1"
 	domainParams     = "c0mpute/shard/params/v1"
 	domainInputs     = "c0mpute/shard/inputs/v1"

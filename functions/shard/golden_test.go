@@ -29,6 +29,7 @@ func samples(t testing.TB) []sample {
 	var res Result
 	for {
 		in = randomInputs(rng, poolShape{n: 7, maxStagesHint: 3, sign: true, backups: true})
+		observeLayers(&in)
 		var err error
 		if res, err = NewPlan(in); err == nil && res.Plan.Stages >= 2 && in.Params.Pinning == PinBoundary && len(res.Plan.Members) > res.Plan.Stages {
 			break
@@ -64,6 +65,32 @@ func samples(t testing.TB) []sample {
 		{"job", "FuzzParseJob", &job, job.canonical()},
 		{"receipt", "FuzzDecodeReceipt", &receipts[0], receipts[0].canonical()},
 		{"receipts", "FuzzDecodeReceipts", &receipts, receipts[1].canonical()},
+	}
+}
+
+// observeLayers has every candidate's row report a layer time for each
+// candidate it measured (the claim plus a tenth, plus 7 µs), re-signed, so
+// the golden rows, inputs and plan pin RTTPeer.LayerMicros too.
+func observeLayers(in *Inputs) {
+	claim := map[PublicKey]int64{}
+	for _, c := range in.Capabilities {
+		claim[c.Node] = c.LayerMicros
+	}
+	keys := map[PublicKey]ed25519.PrivateKey{}
+	for i := 2; i < 602; i++ {
+		keys[KeyOf(testKey(i))] = testKey(i)
+	}
+	for i := range in.RTT {
+		r := &in.RTT[i]
+		if _, ok := claim[r.From]; !ok {
+			continue
+		}
+		for j := range r.Peers {
+			if us, ok := claim[r.Peers[j].To]; ok {
+				r.Peers[j].LayerMicros = us + us/10 + 7
+			}
+		}
+		r.Sign(keys[r.From])
 	}
 }
 

@@ -12,7 +12,11 @@ import (
 // PlanVersion is the version of the placement rules. A member running other
 // rules computes another plan and refuses to sign, instead of forming a ring
 // on a plan it did not compute.
-const PlanVersion = 1
+//
+// Version 2: a candidate's per-layer time is the median of the layer
+// times other candidates observed for it (RTTPeer.LayerMicros), its own
+// claim only when none did.
+const PlanVersion = 2
 
 // Role is what a member does for its stage.
 type Role string
@@ -286,6 +290,9 @@ type cand struct {
 	// may be one (so any two of them fit at the ends), else as a middle.
 	sc   int
 	xfer int64 // µs to send one token's activation to the next stage
+	// us is the per-layer time placement uses: the median of what other
+	// candidates observed, else the node's own claim (effectiveMicros).
+	us int64
 }
 
 // NewPlan computes the ring for the inputs (the network's shard.plan). It
@@ -396,6 +403,7 @@ func admit(in *Inputs, policy AdmissionPolicy) ([]*cand, []Exclusion) {
 	}
 	var cands []*cand
 	var excluded []Exclusion
+	observed := observations(in)
 	caps := make([]*Capability, len(in.Capabilities))
 	for i := range in.Capabilities {
 		caps[i] = &in.Capabilities[i]
@@ -414,7 +422,7 @@ func admit(in *Inputs, policy AdmissionPolicy) ([]*cand, []Exclusion) {
 				reason = err.Error()
 			}
 		}
-		x := &cand{c: c, mid: capacity(c, 0), first: capacity(c, m.EmbedBytes), last: capacity(c, m.HeadBytes), solo: capacity(c, m.EmbedBytes+m.HeadBytes)}
+		x := &cand{c: c, us: effectiveMicros(c.LayerMicros, observed[c.Node]), mid: capacity(c, 0), first: capacity(c, m.EmbedBytes), last: capacity(c, m.HeadBytes), solo: capacity(c, m.EmbedBytes+m.HeadBytes)}
 		if reason == "" && x.mid == 0 {
 			reason = fmt.Sprintf("%d bytes of VRAM less %d reserved hold no layer (%d bytes with KV for %d tokens)", c.VRAMBytes, p.ReserveBytes, perLayer, p.ContextTokens)
 		}
@@ -441,12 +449,60 @@ func admit(in *Inputs, policy AdmissionPolicy) ([]*cand, []Exclusion) {
 		cands = append(cands, x)
 	}
 	slices.SortFunc(cands, func(a, b *cand) int {
-		if a.c.LayerMicros != b.c.LayerMicros {
-			return cmpInt(a.c.LayerMicros, b.c.LayerMicros)
+		if a.us != b.us {
+			return cmpInt(a.us, b.us)
 		}
 		return bytes.Compare(a.rank[:], b.rank[:])
 	})
 	return cands, excluded
+}
+
+// observations collects, per node, the layer times other candidates
+// observed for it (RTTPeer.LayerMicros > 0). Only rows measured by a node
+// with a capability record for this model count, and never a node's
+// observation of itself (rows cannot hold one): the coordinator's nominal
+// row observes nothing. Each list is sorted, so the result does not depend
+// on the order of rows or peers.
+func observations(in *Inputs) map[PublicKey][]int64 {
+	cand := make(map[PublicKey]bool, len(in.Capabilities))
+	for i := range in.Capabilities {
+		c := &in.Capabilities[i]
+		if c.Model == in.Model.Hash && c.Node != in.Params.Coordinator {
+			cand[c.Node] = true
+		}
+	}
+	out := make(map[PublicKey][]int64)
+	for i := range in.RTT {
+		r := &in.RTT[i]
+		if !cand[r.From] {
+			continue
+		}
+		for _, p := range r.Peers {
+			if p.LayerMicros > 0 && p.To != r.From {
+				out[p.To] = append(out[p.To], p.LayerMicros)
+			}
+		}
+	}
+	for _, v := range out {
+		slices.Sort(v)
+	}
+	return out
+}
+
+// effectiveMicros is the per-layer time a candidate is placed and priced
+// at: the median of the observations (the lower median for an even
+// count, so one slow observer cannot raise an honest node on its own),
+// or its own claim when no other candidate observed it. The claim is not
+// a floor: with it as one, claiming 1 µs would never cost a node anything
+// and would gain it whenever its own measurement ran slower than its
+// peers' (a cold or busy self-measurement), so an honest claim could only
+// lose against a lie. A node that claims to be faster than its peers
+// measured it gets the layers of the node it is.
+func effectiveMicros(claim int64, observed []int64) int64 {
+	if len(observed) == 0 {
+		return claim
+	}
+	return observed[(len(observed)-1)/2]
 }
 
 func cmpInt[T int | int64](a, b T) int {
@@ -603,7 +659,7 @@ func allocate(ring []*cand, L int) ([]int, int64, error) {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmpInt(ring[a].c.LayerMicros, ring[b].c.LayerMicros) })
+	slices.SortStableFunc(idx, func(a, b int) int { return cmpInt(ring[a].us, ring[b].us) })
 	for _, i := range idx {
 		add := min(left, capOf(i)-1)
 		layers[i] += add
@@ -614,7 +670,7 @@ func allocate(ring []*cand, L int) ([]int, int64, error) {
 	}
 	var compute int64
 	for i, c := range ring {
-		compute += int64(layers[i]) * c.c.LayerMicros
+		compute += int64(layers[i]) * c.us
 	}
 	return layers, compute, nil
 }
@@ -729,8 +785,8 @@ func chooseBackups(cands []*cand, ring []*cand, layers []int, p *Params, rtt *rt
 			if a.role != b.role {
 				return cmpInt(a.role.rank(), b.role.rank())
 			}
-			if a.c.c.LayerMicros != b.c.c.LayerMicros {
-				return cmpInt(a.c.c.LayerMicros, b.c.c.LayerMicros)
+			if a.c.us != b.c.us {
+				return cmpInt(a.c.us, b.c.us)
 			}
 			return bytes.Compare(a.c.rank[:], b.c.rank[:])
 		})

@@ -436,3 +436,133 @@ func TestAdmissionPolicy(t *testing.T) {
 		t.Fatalf("exclusion not reported: %+v", res.Excluded)
 	}
 }
+
+// observedPool is three candidates and the coordinator, pinning off, 12
+// layers, each node holding at most 10: node 10 claims claim µs per layer,
+// nodes 11 and 12 claim 900. obs[i] is the layer time node 11+i reports
+// for node 10 (0: not observed); coordObs is what the coordinator's row
+// reports for it.
+func observedPool(claim int64, obs [2]int64, coordObs int64) Inputs {
+	in := Inputs{
+		Model: Model{Name: "m", Layers: 12, LayerBytes: 1000, ActivationBytes: 8192, EmbedBytes: 500, HeadBytes: 500},
+		Params: Params{Admission: "open", VRAMFloorBytes: 1000, ContextTokens: 1, MinStages: 2, MaxStages: 8,
+			Pinning: PinNone, Time: 1},
+	}
+	in.Model.Hash[0] = 1
+	in.Params.Model = in.Model.Hash
+	in.Params.Coordinator = KeyOf(testKey(0))
+	liar := KeyOf(testKey(10))
+	all := []PublicKey{in.Params.Coordinator}
+	for i := range 3 {
+		us := int64(900)
+		if i == 0 {
+			us = claim
+		}
+		c := Capability{Node: KeyOf(testKey(10 + i)), Model: in.Model.Hash, VRAMBytes: 11_000, LayerMicros: us, UplinkBps: 1e9, Time: 1}
+		in.Capabilities = append(in.Capabilities, c)
+		all = append(all, c.Node)
+	}
+	for ai, a := range all {
+		row := RTTRow{From: a, Time: 1}
+		for _, b := range all {
+			if a == b {
+				continue
+			}
+			p := RTTPeer{To: b, Micros: 2000}
+			if b == liar {
+				switch ai {
+				case 0:
+					p.LayerMicros = coordObs
+				case 2, 3:
+					p.LayerMicros = obs[ai-2]
+				}
+			}
+			row.Peers = append(row.Peers, p)
+		}
+		in.RTT = append(in.RTT, row)
+	}
+	return in
+}
+
+// TestPlanObservedLayerTime: a candidate is placed and priced at the
+// median of what other candidates observed for it (its claim only when
+// none did), so claiming to be fast buys no layers.
+func TestPlanObservedLayerTime(t *testing.T) {
+	liar := KeyOf(testKey(10))
+	layersOf := func(t *testing.T, in Inputs) (map[PublicKey]int, int64) {
+		t.Helper()
+		res, err := planUnchecked(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[PublicKey]int{}
+		for _, m := range res.Plan.Members {
+			if m.Role == RolePrimary {
+				out[m.Node] = m.LayerEnd - m.LayerStart
+			}
+		}
+		return out, res.Plan.ComputeMicros
+	}
+	honest, honestCompute := layersOf(t, observedPool(900, [2]int64{900, 900}, 0))
+	cases := []struct {
+		name      string
+		in        Inputs
+		asHonest  bool  // the liar gets what it would as a 900 µs node
+		liarTakes int   // else: the layers it gets
+		compute   int64 // the plan's compute_us (0: not checked)
+	}{
+		{"unobserved claim is believed", observedPool(1, [2]int64{}, 0), false, 10, 10*1 + 2*900},
+		{"observed by both", observedPool(1, [2]int64{900, 900}, 0), true, 0, honestCompute},
+		{"observed by one", observedPool(1, [2]int64{900, 0}, 0), true, 0, honestCompute},
+		{"lower median of two", observedPool(1, [2]int64{1, 900}, 0), false, 10, 0},
+		{"observations replace a slower claim too", observedPool(900, [2]int64{5, 5}, 0), false, 10, 10*5 + 2*900},
+		{"coordinator's row observes nothing", observedPool(1, [2]int64{}, 900), false, 10, 0},
+		{"slower than the rest: not selected", observedPool(1, [2]int64{2000, 2000}, 0), false, 0, 12 * 900},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, compute := layersOf(t, c.in)
+			if c.asHonest {
+				if got[liar] > honest[liar] {
+					t.Fatalf("liar holds %d layers, a 900 µs node %d (plan %v, honest %v)", got[liar], honest[liar], got, honest)
+				}
+				for k, n := range honest {
+					if got[k] != n {
+						t.Fatalf("layers %v, want the honest split %v", got, honest)
+					}
+				}
+			} else if got[liar] != c.liarTakes {
+				t.Fatalf("liar holds %d layers, want %d (plan %v)", got[liar], c.liarTakes, got)
+			}
+			if c.compute != 0 && compute != c.compute {
+				t.Fatalf("compute_us %d, want %d", compute, c.compute)
+			}
+		})
+	}
+}
+
+// TestRTTRowLayerMicrosBounds: an observed layer time is 0 (none) or
+// within 1..MaxLayerMicros, and it is signed.
+func TestRTTRowLayerMicrosBounds(t *testing.T) {
+	for _, c := range []struct {
+		us int64
+		ok bool
+	}{{0, true}, {1, true}, {MaxLayerMicros, true}, {-1, false}, {MaxLayerMicros + 1, false}} {
+		r := RTTRow{Time: 1, Peers: []RTTPeer{{To: KeyOf(testKey(3)), Micros: 10, LayerMicros: c.us}}}
+		r.Sign(testKey(2))
+		err := r.Check()
+		if (err == nil) != c.ok {
+			t.Fatalf("layer_us %d: err %v, want ok=%v", c.us, err, c.ok)
+		}
+		if c.ok {
+			if r.Peers[0].LayerMicros > 1 {
+				r.Peers[0].LayerMicros--
+			} else {
+				r.Peers[0].LayerMicros++
+			}
+			if err := r.Check(); !errors.Is(err, ErrBadSignature) {
+				t.Fatalf("layer_us %d changed after signing: err %v, want ErrBadSignature", c.us, err)
+			}
+		}
+	}
+}

@@ -94,6 +94,13 @@ type RTTPeer struct {
 	To PublicKey `json:"to"`
 	// Micros is the measured round-trip time in microseconds.
 	Micros int64 `json:"rtt_us"`
+	// LayerMicros is the time To took to run one layer of the model on one
+	// token when the measuring node benchmarked it (the bench round trip
+	// less the network round trip, verified bit for bit against its own
+	// result), in microseconds; 0 means not observed. The planner prices a
+	// node at the median of what others observed for it (its claim only
+	// when no one did), so a node cannot claim to be faster than it is.
+	LayerMicros int64 `json:"layer_us,omitempty"`
 }
 
 // RTTRow is one row of the RTT matrix: what From measured to each peer,
@@ -107,7 +114,7 @@ type RTTRow struct {
 
 func (r *RTTRow) canonical() []byte {
 	e := newEnc(domainRTT)
-	e.b = slices.Grow(e.b, 44+40*len(r.Peers))
+	e.b = slices.Grow(e.b, 44+48*len(r.Peers))
 	r.body(e)
 	return e.b
 }
@@ -127,6 +134,7 @@ func (r *RTTRow) body(e *enc) {
 	for _, p := range peers {
 		e.raw32(p.To)
 		e.i64(p.Micros)
+		e.i64(p.LayerMicros)
 	}
 }
 func (r *RTTRow) signer() PublicKey    { return r.From }
@@ -150,6 +158,10 @@ func (r *RTTRow) Check() error {
 // MaxRTTMicros bounds a measurement: 100 s is no ring anyone would form.
 const MaxRTTMicros = 100_000_000
 
+// MaxLayerMicros bounds a per-layer time, observed or claimed (the same
+// bound as Capability.LayerMicros).
+const MaxLayerMicros = 1_000_000_000
+
 // validFields checks peers by hand: a struct validator walking thousands
 // of entries by reflection dominated planning time.
 func (r *RTTRow) validFields() error {
@@ -160,6 +172,9 @@ func (r *RTTRow) validFields() error {
 	for _, p := range r.Peers {
 		if p.Micros <= 0 || p.Micros > MaxRTTMicros {
 			return fmt.Errorf("%w: rtt row of %s: rtt to %s is %d µs, want 1..%d", ErrInvalid, r.From, p.To, p.Micros, MaxRTTMicros)
+		}
+		if p.LayerMicros < 0 || p.LayerMicros > MaxLayerMicros {
+			return fmt.Errorf("%w: rtt row of %s: layer time of %s is %d µs, want 0 (not observed) or 1..%d", ErrInvalid, r.From, p.To, p.LayerMicros, MaxLayerMicros)
 		}
 		if p.To == r.From {
 			return fmt.Errorf("%w: rtt row of %s measures itself", ErrInvalid, r.From)

@@ -208,7 +208,7 @@ func endCosts(chosen []*cand, L int) [][]int64 {
 	for i := range speed {
 		speed[i] = i
 	}
-	slices.SortStableFunc(speed, func(a, b int) int { return cmpInt(chosen[a].c.LayerMicros, chosen[b].c.LayerMicros) })
+	slices.SortStableFunc(speed, func(a, b int) int { return cmpInt(chosen[a].us, chosen[b].us) })
 	out := make([][]int64, n)
 	for f := range n {
 		out[f] = make([]int64, n)
@@ -247,7 +247,7 @@ func splitCost(L int, speed []int, chosen []*cand, capOf func(int) int) int64 {
 		}
 		add := min(left, c-1)
 		left -= add
-		cost += int64(1+add) * chosen[i].c.LayerMicros
+		cost += int64(1+add) * chosen[i].us
 	}
 	if left > 0 {
 		return inf

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -549,5 +550,132 @@ func TestRingLiarsArePaidNothing(t *testing.T) {
 			// members cannot form another.
 			e.waitFor("the lying ring voided", func() bool { return !e.ringState(model).Serving })
 		})
+	}
+}
+
+// ringTap records what ring members tell the gateway: each one's
+// announced layer time and its latest RTT row (what it observed of its
+// peers).
+type ringTap struct {
+	mu     sync.Mutex
+	claims map[shard.PublicKey]int64
+	rows   map[shard.PublicKey]shard.RTTRow
+}
+
+// tappedRing is a ring member whose control messages the tap also sees.
+type tappedRing struct {
+	*ringmember.Member
+	tap *ringTap
+}
+
+func (r *tappedRing) Attach(offers []relaymsg.RingOffer, send func(any) error) {
+	r.Member.Attach(offers, func(m any) error {
+		r.tap.mu.Lock()
+		switch m := m.(type) {
+		case *relaymsg.RingAnnounce:
+			r.tap.claims[m.Capability.Node] = m.Capability.LayerMicros
+		case *relaymsg.RingRTT:
+			r.tap.rows[m.Row.From] = m.Row
+		}
+		r.tap.mu.Unlock()
+		return send(m)
+	})
+}
+
+// effective is what the planner prices a member at: the median (the
+// lower, for an even count) of the layer times the other members' rows
+// observed for it, its claim if none did. Under tap.mu.
+func (tap *ringTap) effective(node shard.PublicKey) int64 {
+	var obs []int64
+	for from, row := range tap.rows {
+		for _, p := range row.Peers {
+			if from != node && p.To == node && p.LayerMicros > 0 {
+				obs = append(obs, p.LayerMicros)
+			}
+		}
+	}
+	slices.Sort(obs)
+	if len(obs) == 0 {
+		return tap.claims[node]
+	}
+	return obs[(len(obs)-1)/2]
+}
+
+// TestRingLiarIsRemeasured: a member that claims one layer takes 1 µs is
+// timed by its peers at probe (its bench layer's replies checked bit for
+// bit), every row lists what they observed, and the plan places it at
+// the median observation, not its claim: it holds more layers than an
+// honest primary only if its peers measured it at least as fast. (Which of members with the same real speed is fastest is
+// chance; the planner's rule itself is pinned, deterministically, by
+// functions/shard TestPlanObservedLayerTime.)
+func TestRingLiarIsRemeasured(t *testing.T) {
+	// Layers large enough (about a millisecond each) that a layer's time,
+	// not the jitter of a loopback round trip, is what peers observe.
+	o := testmodel.Options{Seed: 9, Type: testmodel.Q8_0, Layers: 6, Embedding: 512, FeedForward: 2048, Heads: 4, KVHeads: 2,
+		Context: 512, ChatTemplate: ringTemplate}
+	model := "ring-fast-liar"
+	cm, _ := publishRing(t, model, o, 2)
+	e := newEnv(t, envOptions{credits: 10_000, models: []catalog.Model{cm}, rings: ringTimeouts})
+	tap := &ringTap{claims: map[shard.PublicKey]int64{}, rows: map[shard.PublicKey]shard.RTTRow{}}
+	var liar shard.PublicKey
+	for i := range 3 {
+		ctx := context.Background()
+		account := fmt.Sprintf("%s-member-%d", e.account, i)
+		if err := e.store.CreateAccount(ctx, store.Account{ID: account, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		token, err := e.stack.IssueWorkerToken(ctx, account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := ringmember.MemberConfig{Key: key, Dir: t.TempDir(), Memory: 1 << 30,
+			Listen: "127.0.0.1:0", Advertise: "127.0.0.1:0", Uplink: 100_000_000, Log: testLog(t)}
+		if i == 0 {
+			cfg.LayerMicrosOverride = 1
+			liar = shard.KeyOf(key)
+		}
+		m, err := ringmember.NewMember(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		a := agent.New(agent.Config{RelayURL: e.stack.RelayURL, Token: token, Key: key, Backend: noWholeModel{}, Ring: &tappedRing{m, tap},
+			Log: testLog(t), Version: "test", DrainTimeout: 5 * time.Second})
+		go func() { defer close(done); _ = a.Run(runCtx) }()
+		t.Cleanup(func() { cancel(); <-done; m.Close() })
+	}
+	st := e.waitRing(model, 2)
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	if tap.claims[liar] != 1 {
+		t.Fatalf("the liar announced %d µs per layer, want its override of 1", tap.claims[liar])
+	}
+	for from, row := range tap.rows {
+		for _, p := range row.Peers {
+			if p.LayerMicros == 0 {
+				t.Errorf("%s's row lists %s without a layer time: its bench was not timed", from, p.To)
+			}
+		}
+	}
+	if eff := tap.effective(liar); eff <= 1 {
+		t.Fatalf("the liar is placed at %d µs per layer: no peer timed it", eff)
+	}
+	for s, p := range st.Primaries {
+		t.Logf("stage %d: %d layers, claims %d µs, placed at %d µs (liar: %v)", s, st.Layers[s], tap.claims[p], tap.effective(p), p == liar)
+	}
+	li := slices.Index(st.Primaries, liar)
+	if li < 0 {
+		return // not a primary: it holds no layers
+	}
+	for s, p := range st.Primaries {
+		if p != liar && st.Layers[li] > st.Layers[s] && tap.effective(liar) > tap.effective(p) {
+			t.Errorf("the liar holds %d layers, stage %d's honest member %d, though its peers measured it slower (%d µs against %d µs)",
+				st.Layers[li], s, st.Layers[s], tap.effective(liar), tap.effective(p))
+		}
 	}
 }

@@ -50,9 +50,15 @@ type MemberConfig struct {
 	// maxAnnounceRetry, for maxAnnounces announces in all (default
 	// DefaultAnnounceRetry).
 	AnnounceRetry time.Duration
-	HTTP          *http.Client
-	Log           *slog.Logger
-	Now           func() time.Time
+	// LayerMicrosOverride, when positive, is announced as the per-layer
+	// time instead of the measured one: for tests and operators who want
+	// to state their speed. It buys nothing: peers time this member's
+	// bench layer at every probe and the planner places and prices a
+	// member at what they observed, its claim only when no one did.
+	LayerMicrosOverride int64
+	HTTP                *http.Client
+	Log                 *slog.Logger
+	Now                 func() time.Time
 }
 
 // Defaults of MemberConfig.
@@ -154,6 +160,8 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 		return nil, fmt.Errorf("ringmember: probe timeout %s: want a positive duration (or 0 for %s)", cfg.ProbeTimeout, DefaultProbeTimeout)
 	case cfg.AnnounceRetry < 0:
 		return nil, fmt.Errorf("ringmember: announce retry %s: want a positive duration (or 0 for %s)", cfg.AnnounceRetry, DefaultAnnounceRetry)
+	case cfg.LayerMicrosOverride < 0 || cfg.LayerMicrosOverride > shard.MaxLayerMicros:
+		return nil, fmt.Errorf("ringmember: layer time override %d µs: want 1..%d (or 0 to announce the measured time)", cfg.LayerMicrosOverride, shard.MaxLayerMicros)
 	}
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = DefaultProbeTimeout
@@ -183,10 +191,12 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 		cfg.Advertise = net.JoinHostPort(host, got)
 	}
 	ctx, end := context.WithCancel(context.Background())
-	return &Member{cfg: cfg, srv: srv, ctx: ctx, end: end, offers: map[string]relaymsg.RingOffer{},
+	m := &Member{cfg: cfg, srv: srv, ctx: ctx, end: end, offers: map[string]relaymsg.RingOffer{},
 		manifests: map[shard.Hash]*shard.Manifest{}, speed: map[shard.Hash]int64{}, plans: map[string]*memberPlan{},
 		assigns: map[string]*task{}, probes: map[string]*task{}, announces: map[string]*task{},
-		parts: map[partKey]*shardblob.Part{}}, nil
+		parts: map[partKey]*shardblob.Part{}}
+	srv.SetBench(m.serveBench)
+	return m, nil
 }
 
 // Addr is the stage listener's address; Advertise the address announced.
@@ -404,6 +414,9 @@ func (m *Member) capability(ctx context.Context, o relaymsg.RingOffer) (*shard.C
 	if err != nil {
 		return nil, err
 	}
+	if m.cfg.LayerMicrosOverride > 0 {
+		us = m.cfg.LayerMicrosOverride
+	}
 	c := shard.Capability{Model: o.Hash, VRAMBytes: m.cfg.Memory, LayerMicros: us, UplinkBps: m.cfg.Uplink, Time: m.cfg.Now().UnixMilli()}
 	c.Sign(m.cfg.Key)
 	return &c, nil
@@ -463,7 +476,9 @@ const measureRuns = 7
 
 // measure times one of the model's layers on a one-token batch: the
 // LayerMicros of the capability. It pulls the middle layer's blob (kept in
-// the cache: a member of a ring is likely to hold it).
+// the cache: a member of a ring is likely to hold it) and keeps the layer
+// open: it is the bench layer peers time this member on at probe, and
+// this member them (see bench.go).
 func (m *Member) measure(ctx context.Context, o relaymsg.RingOffer, man *shard.Manifest) (int64, error) {
 	m.mu.Lock()
 	us, ok := m.speed[o.Hash]
@@ -481,11 +496,10 @@ func (m *Member) measure(ctx context.Context, o relaymsg.RingOffer, man *shard.M
 	if err := m.pull(ctx, shard.HTTPSource{Base: o.BlobURL, Client: m.cfg.HTTP}, m.dir(o.Hash), blobs); err != nil {
 		return 0, fmt.Errorf("ringmember: pull layer %d to measure it: %w", k, err)
 	}
-	part, err := shardblob.Open(m.dir(o.Hash), man, k, k+1, m.cfg.Workers)
+	part, err := m.part(m.dir(o.Hash), man, o.Hash, k, k+1)
 	if err != nil {
 		return 0, fmt.Errorf("ringmember: open layer %d: %w", k, err)
 	}
-	defer part.Close()
 	model := part.Model()
 	dim := model.Config().Embd
 	times := make([]int64, 0, measureRuns)
@@ -628,18 +642,25 @@ func (m *Member) dropPlan(model string, p *memberPlan) {
 }
 
 // probe measures the round trip to every peer at once, within ctx's
-// deadline (ProbeTimeout), and sends the signed row, unless a newer probe
-// of the model (or a new connection) replaced this one. A peer that
-// cannot be reached is left out of the row: the plan cannot put it next
-// to this member.
+// deadline (ProbeTimeout), times each peer's bench layer (benchRuns
+// frames of random hidden states, every reply checked bit for bit
+// against this member's own result), and sends the signed row, unless a
+// newer probe of the model (or a new connection) replaced this one. A
+// peer that cannot be reached, or whose bench replies are wrong or
+// missing, is left out of the row: the plan cannot put it next to this
+// member, and a peer every row leaves out is in no plan.
 func (m *Member) probe(ctx context.Context, t *task, p *relaymsg.RingProbe) {
 	keys := make([]shard.PublicKey, len(p.Peers))
 	for i, peer := range p.Peers {
 		keys[i] = peer.Node
 	}
 	m.srv.Allow(keys...)
+	m.mu.Lock()
+	offer, offered := m.offers[p.Model]
+	m.mu.Unlock()
 	self := shard.KeyOf(m.cfg.Key)
-	rtt := make([]int64, len(p.Peers)) // 0: not reached
+	rtt := make([]int64, len(p.Peers))   // 0: not reached
+	layer := make([]int64, len(p.Peers)) // 0: not timed
 	var wg sync.WaitGroup
 	for i, peer := range p.Peers {
 		if peer.Node == self {
@@ -653,14 +674,25 @@ func (m *Member) probe(ctx context.Context, t *task, p *relaymsg.RingProbe) {
 					m.cfg.Log.Error("ring member: panic", "in", "probe peer", "panic", p)
 				}
 			}()
-			d, err := m.probePeer(ctx, peer.Node, peer.Addr)
+			var check *BenchCheck
+			if offered {
+				var err error
+				if check, err = m.benchCheck(ctx, offer.Hash); err != nil {
+					m.cfg.Log.Warn("ring member: cannot bench peers; timing round trips only", "model", p.Model, "err", err)
+					check = nil
+				}
+			}
+			res, err := m.probePeerBench(ctx, peer.Node, peer.Addr, check)
 			if err != nil {
 				if m.current(m.probes, p.Model, t) {
-					m.cfg.Log.Warn("ring member: peer unreachable", "model", p.Model, "peer", peer.Node, "addr", peer.Addr, "err", err)
+					m.cfg.Log.Warn("ring member: peer left out of the row", "model", p.Model, "peer", peer.Node, "addr", peer.Addr, "err", err)
 				}
 				return
 			}
-			rtt[i] = min(max(d.Microseconds(), 1), shard.MaxRTTMicros)
+			rtt[i] = min(max(res.RTT.Microseconds(), 1), shard.MaxRTTMicros)
+			if check != nil {
+				layer[i] = min(max(res.Layer.Microseconds(), 1), shard.MaxLayerMicros)
+			}
 		}()
 	}
 	wg.Wait()
@@ -671,7 +703,7 @@ func (m *Member) probe(ctx context.Context, t *task, p *relaymsg.RingProbe) {
 	row := shard.RTTRow{}
 	for i, peer := range p.Peers {
 		if rtt[i] > 0 {
-			row.Peers = append(row.Peers, shard.RTTPeer{To: peer.Node, Micros: rtt[i]})
+			row.Peers = append(row.Peers, shard.RTTPeer{To: peer.Node, Micros: rtt[i], LayerMicros: layer[i]})
 		}
 	}
 	row.Time = m.cfg.Now().UnixMilli()
@@ -684,6 +716,14 @@ func (m *Member) probe(ctx context.Context, t *task, p *relaymsg.RingProbe) {
 // probePeer tries a peer's stage listener until it answers, a few times
 // with a growing wait, until ctx ends.
 func (m *Member) probePeer(ctx context.Context, node shard.PublicKey, addr string) (time.Duration, error) {
+	res, err := m.probePeerBench(ctx, node, addr, nil)
+	return res.RTT, err
+}
+
+// probePeerBench is probePeer with the bench b (nil: none). A wrong bench
+// reply, or a peer that answers a bench with an error, is final: the peer
+// is not tried again.
+func (m *Member) probePeerBench(ctx context.Context, node shard.PublicKey, addr string, b *BenchCheck) (ProbeResult, error) {
 	var err error
 	wait := firstProbeRetry
 	for try := range probeTries {
@@ -693,15 +733,15 @@ func (m *Member) probePeer(ctx context.Context, node shard.PublicKey, addr strin
 			}
 			wait *= 2
 		}
-		var d time.Duration
-		if d, err = m.srv.Probe(ctx, node, addr); err == nil {
-			return d, nil
+		var res ProbeResult
+		if res, err = m.srv.ProbeBench(ctx, node, addr, b); err == nil {
+			return res, nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrBenchMismatch) || errors.Is(err, ErrBenchRefused) {
 			break
 		}
 	}
-	return 0, err
+	return ProbeResult{}, err
 }
 
 // refuse tells the gateway this member will not serve a plan.

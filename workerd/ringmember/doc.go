@@ -43,6 +43,21 @@
 // time. A probe dials every peer at once and retries each a few times
 // within one deadline (MemberConfig.ProbeTimeout, well under the
 // gateway's wait for the rows), leaving unreachable peers out of its row.
+//
+// A probe also times each peer's bench layer (bench.go): the model's
+// middle layer k = len(Layers)/2, which every candidate pulled to measure
+// itself and keeps open. The member sends benchRuns KindBench frames of
+// random one-token hidden states, computes the same Forward itself, and
+// requires each KindBenchReply to equal its own result bit for bit; the
+// peer's observed layer time, the least of (round trip − baseline), goes
+// into the row (RTTPeer.LayerMicros), the baseline being the least of the
+// pings and of TCP connects (which the peer's kernel answers, so a peer
+// cannot look faster by delaying its pongs). The planner prices the peer
+// at the median of what its peers observed, not at its claim. A peer
+// whose reply differs, or that answers no bench, is left out of the row
+// like an unreachable one. A connection may send at most MaxBenchPerConn bench
+// frames; each is exactly one token of the model's hidden size, in F32,
+// at position 0.
 // Attach keeps serving the plans held — the agent keeps the connection
 // it replaces until its jobs are done, and the gateway disbands or
 // replaces a plan itself — and announces on the new connection again
@@ -57,8 +72,8 @@
 // and redials with backoff while it serves; it accepts only its previous
 // stage's data frames. The listener admits the current plan's members and
 // the keys Allow names (a probe's peers); a connection from anyone else
-// but the previous stage answers pings (Probe) and is closed on its first
-// data frame.
+// but the previous stage answers pings and bench frames (Probe,
+// ProbeBench) and is closed on its first data frame.
 //
 // # A job
 //

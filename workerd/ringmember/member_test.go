@@ -690,6 +690,7 @@ func TestNewMemberRefusesBadConfig(t *testing.T) {
 		{"probe timeout", func(c *MemberConfig) { c.ProbeTimeout = -time.Second }, "probe timeout"},
 		{"announce retry", func(c *MemberConfig) { c.AnnounceRetry = -time.Second }, "announce retry"},
 		{"key", func(c *MemberConfig) { c.Key = c.Key[:7] }, "identity key"},
+		{"layer override", func(c *MemberConfig) { c.LayerMicrosOverride = -1 }, "layer time override"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := MemberConfig{Key: testKey("member-config"), Dir: t.TempDir(), Listen: "127.0.0.1:0", Advertise: "127.0.0.1:0"}

@@ -1,6 +1,7 @@
 package ringmember
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -125,6 +126,33 @@ type Server struct {
 	// that wait (for tests).
 	chats   sync.WaitGroup
 	waiting bool
+	// bench answers peers' bench frames (SetBench); nil answers none.
+	bench BenchFunc
+}
+
+// BenchFunc runs a model's bench layer for a peer that times this member
+// at probe: model is the bench frame's job id (the manifest hash in hex),
+// payload its one-token hidden state. It returns the KindBenchReply
+// payload, or an error the peer is told (ErrNoBench when this member
+// holds no bench layer of that model).
+type BenchFunc func(ctx context.Context, model string, payload []byte) ([]byte, error)
+
+// ErrNoBench means this member holds no bench layer of the model a bench
+// frame names.
+var ErrNoBench = errors.New("ringmember: no bench layer of that model here")
+
+// MaxBenchPerConn is how many bench frames one accepted connection may
+// send: a probe sends benchRuns, and a peer cannot use the listener to
+// burn this member's CPU without limit (the listener also bounds the
+// connections per peer, and admits only probe peers and plan members).
+const MaxBenchPerConn = 8
+
+// SetBench registers what answers bench frames (see BenchFunc); nil stops
+// answering them.
+func (s *Server) SetBench(fn BenchFunc) {
+	s.mu.Lock()
+	s.bench = fn
+	s.mu.Unlock()
 }
 
 // NewServer listens for stage connections on listen (host:port; port 0
@@ -168,7 +196,8 @@ func (s *Server) Key() shard.PublicKey { return s.self }
 // Allow sets the keys, besides the current plan's members, that may
 // connect to the stage listener: the peers of the last probe, which
 // measure their round trip to this member. It replaces the previous set;
-// Allow() clears it. Such a peer's connection answers pings only: a data
+// Allow() clears it. Such a peer's connection answers pings and bench
+// frames only (at most MaxBenchPerConn of them): a data
 // frame from anyone but this stage's previous stage closes it.
 func (s *Server) Allow(peers ...shard.PublicKey) {
 	m := make(map[shard.PublicKey]bool, len(peers))
@@ -193,21 +222,123 @@ func (s *Server) allow(k shard.PublicKey) bool {
 // Probe measures the round trip to a member's stage listener: it dials
 // addr, requiring the key peer, and returns the least of three pings.
 func (s *Server) Probe(ctx context.Context, peer shard.PublicKey, addr string) (time.Duration, error) {
+	r, err := s.ProbeBench(ctx, peer, addr, nil)
+	return r.RTT, err
+}
+
+// BenchCheck is the bench part of a probe: one KindBench frame per input,
+// each reply required to equal the matching Want bit for bit (what this
+// member computed itself for that input).
+type BenchCheck struct {
+	// Model is the model's manifest hash in hex: the frames' job id.
+	Model string
+	// Inputs are one-token hidden states in F32 wire form; Want the
+	// bench layer's output for each, in the same form.
+	Inputs, Want [][]byte
+}
+
+// ProbeResult is what a probe measured.
+type ProbeResult struct {
+	// RTT is the least of three pings.
+	RTT time.Duration
+	// Layer is the peer's bench layer time: the least over the bench
+	// frames of (round trip − baseline), at least 1 µs, where the
+	// baseline is the least of RTT and of a TCP connect's time; 0 when no
+	// bench was asked.
+	Layer time.Duration
+}
+
+// ErrBenchMismatch means a peer's bench reply was not the layer's output
+// for the input sent: it computes something else than the model, and
+// cannot be trusted with layers.
+var ErrBenchMismatch = errors.New("ringmember: bench reply differs from this member's own result")
+
+// ErrBenchRefused means a peer answered a bench frame with an error frame
+// (it holds no bench layer of the model, or refused the input).
+var ErrBenchRefused = errors.New("ringmember: the peer refused the bench")
+
+// ProbeBench is Probe, then, when b is not nil, the bench: each of
+// b.Inputs is sent as a KindBench frame and its round trip timed; every
+// reply must be a KindBenchReply equal to the matching b.Want (else the
+// error wraps ErrBenchMismatch, or says what the peer answered instead).
+// At most MaxBenchPerConn inputs.
+func (s *Server) ProbeBench(ctx context.Context, peer shard.PublicKey, addr string, b *BenchCheck) (ProbeResult, error) {
 	if err := validate.Var(addr, "required,hostname_port,max=256"); err != nil {
-		return 0, fmt.Errorf("ringmember: probe %s: address %q is not host:port", peer, addr)
+		return ProbeResult{}, fmt.Errorf("ringmember: probe %s: address %q is not host:port", peer, addr)
 	}
-	c, err := stagenet.Dial(ctx, addr, s.key, peer, stagenet.WithMaxPayload(stagenet.MaxErrorPayload), stagenet.WithLogger(s.log))
+	if b != nil && (len(b.Inputs) == 0 || len(b.Inputs) > MaxBenchPerConn || len(b.Want) != len(b.Inputs)) {
+		return ProbeResult{}, fmt.Errorf("ringmember: probe %s: %d bench inputs and %d results, want 1..%d of each", peer, len(b.Inputs), len(b.Want), MaxBenchPerConn)
+	}
+	maxIn := stagenet.MaxErrorPayload
+	if b != nil {
+		maxIn = stagenet.MaxBenchPayload
+	}
+	c, err := stagenet.Dial(ctx, addr, s.key, peer, stagenet.WithMaxPayload(maxIn), stagenet.WithLogger(s.log))
 	if err != nil {
-		return 0, fmt.Errorf("ringmember: probe: %w", err)
+		return ProbeResult{}, fmt.Errorf("ringmember: probe: %w", err)
 	}
 	defer c.Close()
 	best := time.Duration(math.MaxInt64)
 	for range 3 {
 		d, err := c.Ping(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("ringmember: probe: %w", err)
+			return ProbeResult{}, fmt.Errorf("ringmember: probe: %w", err)
 		}
 		best = min(best, d)
+	}
+	res := ProbeResult{RTT: best}
+	if b == nil {
+		return res, nil
+	}
+	// The bench's baseline is the least of the pings and of TCP connects:
+	// a peer's kernel answers a connect, so a peer that delays its pongs
+	// on purpose (to have its layer look faster, the round trip less a
+	// longer RTT) or is too busy to answer them promptly cannot inflate it.
+	kernel, err := connectRTT(ctx, addr, 3)
+	if err != nil {
+		return ProbeResult{}, fmt.Errorf("ringmember: probe %s: %w", peer, err)
+	}
+	base := min(best, kernel)
+	layer := time.Duration(math.MaxInt64)
+	for i, in := range b.Inputs {
+		start := time.Now()
+		if err := c.Send(ctx, &stagenet.Frame{Kind: stagenet.KindBench, Job: b.Model, Step: uint32(i), Payload: in}); err != nil {
+			return ProbeResult{}, fmt.Errorf("ringmember: bench %s: %w", peer, err)
+		}
+		f, err := c.Recv(ctx)
+		if err != nil {
+			return ProbeResult{}, fmt.Errorf("ringmember: bench %s: no reply: %w", peer, err)
+		}
+		took := time.Since(start)
+		switch {
+		case f.Kind == stagenet.KindError:
+			return ProbeResult{}, fmt.Errorf("%w: peer %s said %q", ErrBenchRefused, peer, f.Payload)
+		case f.Kind != stagenet.KindBenchReply || f.Job != b.Model || f.Step != uint32(i):
+			return ProbeResult{}, fmt.Errorf("ringmember: bench %s: got a %s frame for %q step %d, want the bench reply for %s step %d", peer, f.Kind, f.Job, f.Step, b.Model, i)
+		case !bytes.Equal(f.Payload, b.Want[i]):
+			return ProbeResult{}, fmt.Errorf("%w: peer %s, bench %d", ErrBenchMismatch, peer, i)
+		}
+		layer = min(layer, took-base)
+	}
+	res.Layer = max(layer, time.Microsecond)
+	return res, nil
+}
+
+// connectRTT is the least time of n TCP connects to addr, each closed at
+// once: a round trip the peer's kernel answers, whatever its process
+// does. (The peer's listener sees a connection that ends before its
+// handshake, and drops it.)
+func connectRTT(ctx context.Context, addr string, n int) (time.Duration, error) {
+	var d net.Dialer
+	best := time.Duration(math.MaxInt64)
+	for range n {
+		start := time.Now()
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return 0, fmt.Errorf("time a connect to %s: %w", addr, err)
+		}
+		best = min(best, time.Since(start))
+		c.Close()
 	}
 	return best, nil
 }
@@ -375,6 +506,7 @@ func (s *Server) handle(c *stagenet.Conn) {
 			bound.dropConn(c)
 		}
 	}()
+	benches := 0
 	for {
 		f, err := c.Recv(s.ctx)
 		if err != nil {
@@ -382,6 +514,18 @@ func (s *Server) handle(c *stagenet.Conn) {
 				bound.push(inEvent{conn: c, err: fmt.Errorf("ringmember: the connection from stage %d's member %s ended: %w", bound.prevStage, peer, err)})
 			}
 			return
+		}
+		if f.Kind == stagenet.KindBench {
+			if benches++; benches > MaxBenchPerConn {
+				s.log.Warn("ringmember: peer sent more bench frames than one connection may; closing its connection",
+					"peer", peer.String(), "limit", MaxBenchPerConn)
+				return
+			}
+			if err := s.answerBench(c, &f); err != nil {
+				s.log.Debug("ringmember: bench reply not sent; closing the connection", "peer", peer.String(), "err", err)
+				return
+			}
+			continue
 		}
 		r := s.current()
 		if r == nil || r.held || peer != r.prev {
@@ -402,6 +546,28 @@ func (s *Server) handle(c *stagenet.Conn) {
 			return
 		}
 	}
+}
+
+// answerBench runs a bench frame through the registered BenchFunc and
+// sends the reply (or an error frame saying why there is none), within
+// the step timeout. It returns only a failure to send.
+func (s *Server) answerBench(c *stagenet.Conn, f *stagenet.Frame) error {
+	s.mu.Lock()
+	fn := s.bench
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.ctx, s.o.stepTimeout)
+	defer cancel()
+	out := &stagenet.Frame{Kind: stagenet.KindBenchReply, Job: f.Job, Step: f.Step}
+	var err error
+	if fn == nil {
+		err = ErrNoBench
+	} else {
+		out.Payload, err = fn(ctx, f.Job, f.Payload)
+	}
+	if err != nil {
+		out = &stagenet.Frame{Kind: stagenet.KindError, Job: f.Job, Step: f.Step, Payload: reason(err)}
+	}
+	return c.Send(ctx, out)
 }
 
 // inEvent is what a ring's goroutine takes in: a frame from the previous

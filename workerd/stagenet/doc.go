@@ -31,7 +31,7 @@
 //	offset size field
 //	0      4    magic "C0SF"
 //	4      1    version (1)
-//	5      1    kind (1..8, see Kind)
+//	5      1    kind (1..10, see Kind)
 //	6      1    job id length (0..64)
 //	7      1    reserved (0)
 //	8      4    step u32
@@ -54,8 +54,17 @@
 // longer than the reader's limit, checked before anything is read; a
 // hash that does not match; a truncate frame with a payload; a tokens
 // payload that is not whole u32s; a ping or pong payload that is not an
-// 8-byte nonce; and an error payload over 1024 bytes or not UTF-8. The
-// rest of a payload's content is the runtime's to check.
+// 8-byte nonce; an error payload over 1024 bytes or not UTF-8; and a
+// bench or bench reply frame whose job id is not 64 lowercase hex digits
+// (the model's manifest hash) or whose payload is empty or over
+// MaxBenchPayload. The rest of a payload's content is the runtime's to
+// check.
+//
+// Bench frames (KindBench, KindBenchReply) are how ring candidates time
+// each other at probe: a candidate sends a peer one token's hidden state
+// for the model's bench layer and gets the layer's output back, which it
+// checks bit for bit against its own computation. They belong to no job;
+// the job id field names the model instead.
 // testdata/frame.golden pins the encoding of one frame of each kind.
 //
 // A reader allocates a payload as its bytes arrive, never the length the

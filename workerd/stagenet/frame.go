@@ -39,11 +39,21 @@ const (
 	KindPing Kind = 7
 	// KindPong answers a ping; payload: the ping's nonce.
 	KindPong Kind = 8
+	// KindBench asks a ring candidate to run the model's bench layer (the
+	// middle layer every candidate measured itself on) over one token, so
+	// a peer can time it and check the result; payload: engine.EncodeHidden's
+	// wire form, one token, F32 (1..MaxBenchPayload bytes). Job is the
+	// model's manifest hash, 64 lowercase hex digits.
+	KindBench Kind = 9
+	// KindBenchReply answers a KindBench with the layer's output hidden
+	// state, in the same form and with the same Job.
+	KindBenchReply Kind = 10
 )
 
 var kindNames = [...]string{
 	KindOpen: "open", KindHidden: "hidden", KindTokens: "tokens", KindTruncate: "truncate",
 	KindClose: "close", KindError: "error", KindPing: "ping", KindPong: "pong",
+	KindBench: "bench", KindBenchReply: "bench_reply",
 }
 
 // String names the kind, for errors and logs.
@@ -54,7 +64,9 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-func (k Kind) valid() bool { return k >= KindOpen && k <= KindPong }
+func (k Kind) valid() bool { return k >= KindOpen && k <= KindBenchReply }
+
+func (k Kind) isBench() bool { return k == KindBench || k == KindBenchReply }
 
 // Frame is one message on a stage connection.
 type Frame struct {
@@ -83,6 +95,11 @@ const (
 	MaxErrorPayload = 1024
 	// HeaderSize is the fixed part of every frame (see the package doc).
 	HeaderSize = 52
+	// MaxBenchPayload bounds a bench or bench reply payload: one token's
+	// hidden state of up to 262,144 F32 values plus its wire header.
+	MaxBenchPayload = 1<<20 + 64
+	// benchJobLen is a bench frame's job id: a manifest hash in hex.
+	benchJobLen = 64
 	// nonceSize is a ping's and pong's payload.
 	nonceSize = 8
 )
@@ -120,6 +137,9 @@ func (f *Frame) check() error {
 	if err := checkJobText(f.Job); err != nil {
 		return err
 	}
+	if err := checkBenchJob(f.Kind, f.Job); err != nil {
+		return err
+	}
 	if uint64(len(f.Payload)) > math.MaxUint32 {
 		return fmt.Errorf("%w: %s payload of %d bytes is over the 4 GiB wire limit", ErrFrame, f.Kind, len(f.Payload))
 	}
@@ -140,6 +160,21 @@ func checkJob(k Kind, n int) error {
 		return fmt.Errorf("%w: %s frame without a job id", ErrFrame, k)
 	case n > MaxJob:
 		return fmt.Errorf("%w: job id of %d bytes, over the %d-byte limit", ErrFrame, n, MaxJob)
+	case k.isBench() && n != benchJobLen:
+		return fmt.Errorf("%w: %s frame's job id is %d bytes, want the model's manifest hash in %d hex digits", ErrFrame, k, n, benchJobLen)
+	}
+	return nil
+}
+
+// checkBenchJob requires a bench frame's job id to be lowercase hex.
+func checkBenchJob(k Kind, job string) error {
+	if !k.isBench() {
+		return nil
+	}
+	for i := 0; i < len(job); i++ {
+		if c := job[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return fmt.Errorf("%w: %s frame's job id byte %d is %q, want a manifest hash in lowercase hex", ErrFrame, k, i, c)
+		}
 	}
 	return nil
 }
@@ -173,6 +208,10 @@ func checkPayloadLen(k Kind, n int) error {
 	case KindPing, KindPong:
 		if n != nonceSize {
 			return fmt.Errorf("%w: %s payload of %d bytes, want an %d-byte nonce", ErrFrame, k, n, nonceSize)
+		}
+	case KindBench, KindBenchReply:
+		if n == 0 || n > MaxBenchPayload {
+			return fmt.Errorf("%w: %s payload of %d bytes, want one token's hidden state of 1..%d bytes", ErrFrame, k, n, MaxBenchPayload)
 		}
 	}
 	return nil
@@ -287,6 +326,9 @@ func DecodeFrame(b []byte, maxPayload int) (f Frame, n int, err error) {
 	if err := checkJobText(string(job)); err != nil {
 		return Frame{}, 0, err
 	}
+	if err := checkBenchJob(h.kind, string(job)); err != nil {
+		return Frame{}, 0, err
+	}
 	end := jobEnd + h.payloadLen
 	if len(b) < end {
 		return Frame{}, 0, ErrShort
@@ -343,6 +385,9 @@ func readFrame(r *bufio.Reader, maxPayload int, waiting *atomic.Int64) (Frame, e
 		return Frame{}, fmt.Errorf("stagenet: frame job id: %w", eofInside(err))
 	}
 	if err := checkJobText(string(job)); err != nil {
+		return Frame{}, err
+	}
+	if err := checkBenchJob(h.kind, string(job)); err != nil {
 		return Frame{}, err
 	}
 	var payload []byte

@@ -32,6 +32,10 @@ func sampleFrames(t testing.TB) []stagenet.Frame {
 		t.Fatal(err)
 	}
 	nonce := binary.LittleEndian.AppendUint64(nil, 1)
+	bench, err := engine.EncodeHidden(&engine.Hidden{Tokens: 1, Dim: 3, Data: []float32{0.5, -1, 2}}, engine.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return []stagenet.Frame{
 		{Kind: stagenet.KindOpen, Job: "job-7f3a", Step: 0, Pos: 0, Payload: []byte(`{"model":"llama-70b","stage":1}`)},
 		{Kind: stagenet.KindHidden, Job: "job-7f3a", Step: 3, Pos: 17, Payload: hidden},
@@ -41,8 +45,13 @@ func sampleFrames(t testing.TB) []stagenet.Frame {
 		{Kind: stagenet.KindError, Job: "job 7f3a ~", Step: 5, Pos: 0, Payload: []byte("stage 2: out of memory — KV cache full")},
 		{Kind: stagenet.KindPing, Step: 0, Pos: 0, Payload: nonce},
 		{Kind: stagenet.KindPong, Step: 0, Pos: 0, Payload: nonce},
+		{Kind: stagenet.KindBench, Job: benchModel, Payload: bench},
+		{Kind: stagenet.KindBenchReply, Job: benchModel, Payload: bench},
 	}
 }
+
+// benchModel is a manifest hash in the form bench frames name it.
+const benchModel = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
 func encode(t testing.TB, f stagenet.Frame) []byte {
 	b, err := stagenet.AppendFrame(nil, &f)
@@ -176,7 +185,10 @@ func refusals(t testing.TB) []struct {
 		{"magic prefix", []byte("C1"), 1 << 20, `bad magic, want "C0SF"`},
 		{"version", mutate(hidden, 4, 2), 1 << 20, "version 2, this member speaks 1"},
 		{"kind zero", mutate(hidden, 5, 0), 1 << 20, "unknown kind 0"},
-		{"kind nine", mutate(hidden, 5, 9), 1 << 20, "unknown kind 9"},
+		{"kind eleven", mutate(hidden, 5, 11), 1 << 20, "unknown kind 11"},
+		{"bench short job", raw(byte(stagenet.KindBench), "job-1", []byte{1}, nil), 1 << 20, "bench frame's job id is 5 bytes, want the model's manifest hash"},
+		{"bench upper hex", raw(byte(stagenet.KindBench), strings.ToUpper(benchModel), []byte{1}, nil), 1 << 20, "bench frame's job id byte 20 is 'A'"},
+		{"bench reply empty", raw(byte(stagenet.KindBenchReply), benchModel, nil, nil), 1 << 20, "bench_reply payload of 0 bytes"},
 		{"reserved", mutate(hidden, 7, 1), 1 << 20, "reserved byte is 1, want 0"},
 		{"job too long", raw(byte(stagenet.KindOpen), strings.Repeat("j", 65), nil, nil), 1 << 20, "job id of 65 bytes, over the 64-byte limit"},
 		{"job empty", raw(byte(stagenet.KindHidden), "", nil, nil), 1 << 20, "hidden frame without a job id"},
@@ -233,6 +245,11 @@ func TestAppendFrameRefuses(t *testing.T) {
 		{"tokens", stagenet.Frame{Kind: stagenet.KindTokens, Job: "j", Payload: []byte{0, 0}}, "tokens payload of 2 bytes"},
 		{"error long", stagenet.Frame{Kind: stagenet.KindError, Job: "j", Payload: make([]byte, 1025)}, "error reason of 1025 bytes"},
 		{"error utf8", stagenet.Frame{Kind: stagenet.KindError, Job: "j", Payload: []byte{0xc3}}, "not UTF-8"},
+		{"bench job length", stagenet.Frame{Kind: stagenet.KindBench, Job: "abc", Payload: []byte{1}}, "bench frame's job id is 3 bytes"},
+		{"bench job hex", stagenet.Frame{Kind: stagenet.KindBenchReply, Job: strings.Repeat("A", 64), Payload: []byte{1}}, "bench_reply frame's job id byte 0 is 'A'"},
+		{"bench empty", stagenet.Frame{Kind: stagenet.KindBench, Job: benchModel}, "bench payload of 0 bytes"},
+		{"bench large", stagenet.Frame{Kind: stagenet.KindBench, Job: benchModel, Payload: make([]byte, stagenet.MaxBenchPayload+1)}, "bench payload of 1048641 bytes"},
+		{"bench no job", stagenet.Frame{Kind: stagenet.KindBench, Payload: []byte{1}}, "bench frame without a job id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := stagenet.AppendFrame([]byte("x"), &tc.f)
