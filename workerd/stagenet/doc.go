@@ -31,7 +31,7 @@
 //	offset size field
 //	0      4    magic "C0SF"
 //	4      1    version (1)
-//	5      1    kind (1..10, see Kind)
+//	5      1    kind (1..11, see Kind)
 //	6      1    job id length (0..64)
 //	7      1    reserved (0)
 //	8      4    step u32
@@ -57,8 +57,9 @@
 // 8-byte nonce; an error payload over 1024 bytes or not UTF-8; and a
 // bench or bench reply frame whose job id is not 64 lowercase hex digits
 // (the model's manifest hash) or whose payload is empty or over
-// MaxBenchPayload. The rest of a payload's content is the runtime's to
-// check.
+// MaxBenchPayload; and a verify payload whose draft count is missing,
+// over MaxVerifyDrafts, or longer than the payload. The rest of a
+// payload's content is the runtime's to check.
 //
 // Bench frames (KindBench, KindBenchReply) are how ring candidates time
 // each other at probe: a candidate sends a peer one token's hidden state

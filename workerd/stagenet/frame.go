@@ -48,12 +48,21 @@ const (
 	// KindBenchReply answers a KindBench with the layer's output hidden
 	// state, in the same form and with the same Job.
 	KindBenchReply Kind = 10
+	// KindVerify carries drafted tokens and the hidden states of the
+	// positions that verify them (speculative decoding): payload: a u32
+	// count n (at most MaxVerifyDrafts), n u32 token ids, then
+	// engine.EncodeHidden's wire form of n+1 positions: the last accepted
+	// token's, then each draft's. The runtime checks the ids and rows.
+	KindVerify Kind = 11
 )
+
+// MaxVerifyDrafts is the most drafted tokens one KindVerify frame names.
+const MaxVerifyDrafts = 64
 
 var kindNames = [...]string{
 	KindOpen: "open", KindHidden: "hidden", KindTokens: "tokens", KindTruncate: "truncate",
 	KindClose: "close", KindError: "error", KindPing: "ping", KindPong: "pong",
-	KindBench: "bench", KindBenchReply: "bench_reply",
+	KindBench: "bench", KindBenchReply: "bench_reply", KindVerify: "verify",
 }
 
 // String names the kind, for errors and logs.
@@ -64,7 +73,7 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-func (k Kind) valid() bool { return k >= KindOpen && k <= KindBenchReply }
+func (k Kind) valid() bool { return k >= KindOpen && k <= KindVerify }
 
 func (k Kind) isBench() bool { return k == KindBench || k == KindBenchReply }
 
@@ -209,6 +218,10 @@ func checkPayloadLen(k Kind, n int) error {
 		if n != nonceSize {
 			return fmt.Errorf("%w: %s payload of %d bytes, want an %d-byte nonce", ErrFrame, k, n, nonceSize)
 		}
+	case KindVerify:
+		if n < 4 {
+			return fmt.Errorf("%w: verify payload of %d bytes has no draft count", ErrFrame, n)
+		}
 	case KindBench, KindBenchReply:
 		if n == 0 || n > MaxBenchPayload {
 			return fmt.Errorf("%w: %s payload of %d bytes, want one token's hidden state of 1..%d bytes", ErrFrame, k, n, MaxBenchPayload)
@@ -221,6 +234,12 @@ func checkPayloadLen(k Kind, n int) error {
 func checkPayload(k Kind, p []byte) error {
 	if k == KindError && !utf8.Valid(p) {
 		return fmt.Errorf("%w: error reason is not UTF-8", ErrFrame)
+	}
+	if k == KindVerify {
+		n := binary.LittleEndian.Uint32(p)
+		if n > MaxVerifyDrafts || uint64(len(p)) < 4+4*uint64(n) {
+			return fmt.Errorf("%w: verify payload of %d bytes names %d drafts (at most %d, 4 bytes each)", ErrFrame, len(p), n, MaxVerifyDrafts)
+		}
 	}
 	return nil
 }

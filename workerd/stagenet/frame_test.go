@@ -47,6 +47,7 @@ func sampleFrames(t testing.TB) []stagenet.Frame {
 		{Kind: stagenet.KindPong, Step: 0, Pos: 0, Payload: nonce},
 		{Kind: stagenet.KindBench, Job: benchModel, Payload: bench},
 		{Kind: stagenet.KindBenchReply, Job: benchModel, Payload: bench},
+		{Kind: stagenet.KindVerify, Job: "job-7f3a", Step: 6, Pos: 20, Payload: append(stagenet.AppendTokens(nil, []uint32{2, 7, 9}), hidden...)},
 	}
 }
 
@@ -185,7 +186,10 @@ func refusals(t testing.TB) []struct {
 		{"magic prefix", []byte("C1"), 1 << 20, `bad magic, want "C0SF"`},
 		{"version", mutate(hidden, 4, 2), 1 << 20, "version 2, this member speaks 1"},
 		{"kind zero", mutate(hidden, 5, 0), 1 << 20, "unknown kind 0"},
-		{"kind eleven", mutate(hidden, 5, 11), 1 << 20, "unknown kind 11"},
+		{"kind twelve", mutate(hidden, 5, 12), 1 << 20, "unknown kind 12"},
+		{"verify no count", raw(byte(stagenet.KindVerify), "j", []byte{1, 0}, nil), 1 << 20, "verify payload of 2 bytes has no draft count"},
+		{"verify too many drafts", raw(byte(stagenet.KindVerify), "j", stagenet.AppendTokens(nil, []uint32{65}), nil), 1 << 20, "names 65 drafts (at most 64"},
+		{"verify drafts past the payload", raw(byte(stagenet.KindVerify), "j", stagenet.AppendTokens(nil, []uint32{3, 1, 2}), nil), 1 << 20, "verify payload of 12 bytes names 3 drafts"},
 		{"bench short job", raw(byte(stagenet.KindBench), "job-1", []byte{1}, nil), 1 << 20, "bench frame's job id is 5 bytes, want the model's manifest hash"},
 		{"bench upper hex", raw(byte(stagenet.KindBench), strings.ToUpper(benchModel), []byte{1}, nil), 1 << 20, "bench frame's job id byte 20 is 'A'"},
 		{"bench reply empty", raw(byte(stagenet.KindBenchReply), benchModel, nil, nil), 1 << 20, "bench_reply payload of 0 bytes"},
