@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -47,6 +48,7 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/servicecmd"
 	"github.com/c0mpute/c0mpute/workerd/setup"
 	"github.com/c0mpute/c0mpute/workerd/shardcmd"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -148,23 +150,31 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	var obs agent.Observer
+	var served *metrics.Observer
 	if cfg.MetricsAddr != "" {
 		m, err := metrics.Serve(ctx, cfg.MetricsAddr, log)
 		if err != nil {
 			return err
 		}
-		obs = m
+		obs, served = m, m
 	}
 	acfg := agent.Config{RelayURL: cfg.RelayURL, Token: cfg.Token, Key: key, Backend: be,
 		Models: cfg.Models, Log: log, Version: version, Observer: obs}
 	if cfg.Shard {
 		member, err := ringmember.NewMember(ringmember.MemberConfig{Key: key, Dir: filepath.Join(cfg.Home, "rings"),
-			Memory: cfg.ShardMemory, Listen: cfg.ShardListen, Advertise: cfg.ShardAdvertise, Uplink: cfg.ShardUplink, Log: log})
+			Memory: cfg.ShardMemory, Listen: cfg.ShardListen, Advertise: cfg.ShardAdvertise, Uplink: cfg.ShardUplink,
+			Draft: cfg.Draft, Log: log})
 		if err != nil {
 			return fmt.Errorf("ring member: %w", err)
 		}
 		defer member.Close()
-		log.Info("ring member: stage listener up", "listen", member.Addr(), "advertise", member.Advertise(), "memory", cfg.ShardMemory)
+		if served != nil {
+			if err := served.RegisterSpeculation(member.SpecStats()); err != nil {
+				return fmt.Errorf("ring member: %w", err)
+			}
+		}
+		log.Info("ring member: stage listener up", "listen", member.Addr(), "advertise", member.Advertise(), "memory", cfg.ShardMemory,
+			"draft", cmp.Or(cfg.DraftSpec, speculate.ModeLookup))
 		acfg.Ring = member
 	}
 	a := agent.New(acfg)

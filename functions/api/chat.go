@@ -31,6 +31,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	noSpeculation, err := speculationOff(r.Header)
+	if err != nil {
+		return err
+	}
 	// The body is read: from here the request lives as long as its job may
 	// (the server's read and write timeouts are sized for ordinary
 	// requests, and Go cancels a request whose connection hits its read
@@ -77,7 +81,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		out = newBufferSink(w, job.ID, model.ID, now)
 	}
-	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out, rm: rm}
+	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out, rm: rm, noSpeculation: noSpeculation}
 	return run.serve(r.Context())
 }
 
@@ -260,6 +264,9 @@ type jobRun struct {
 	// made from it); ringPlan the plan a ring job was sent to.
 	ticket   string
 	ringPlan shard.Hash
+	// noSpeculation is the client's C0mpute-Speculation: off, for a ring
+	// job's driver (headerSpeculation).
+	noSpeculation bool
 }
 
 // exclusions lists the workers the job may not be assigned to again.
@@ -422,6 +429,10 @@ func (j *jobRun) runOnWorker(jobCtx, clientCtx context.Context) (outcome, error)
 	if err != nil {
 		// The prompt cannot fit in one relay message: the user's input,
 		// but refused before any work, so refunded.
+		if j.req.Prediction != nil {
+			return outcomeFailed, j.end(clientCtx, "too_large", oaiwire.InvalidRequest("prediction",
+				"the request is too large to relay to a worker (limit 128 KiB once encoded, messages and prediction together): shorten the prediction or the messages"))
+		}
 		return outcomeFailed, j.end(clientCtx, "too_large", oaiwire.InvalidRequest("messages",
 			"the request is too large to relay to a worker (limit 128 KiB once encoded)"))
 	}
@@ -777,6 +788,9 @@ func (j *jobRun) complete(m *relaymsg.Done) (oaiwire.Usage, error) {
 			return usage, err
 		}
 		c.Shares = shares
+		// The driver's report of its drafts, now that the ring proved
+		// its work; it moves no money (ringDetails).
+		usage.CompletionTokensDetails = ringDetails(m.Usage.CompletionTokensDetails, usage, m.Ring)
 	}
 	// Decode speed: the deltas the gateway relayed after the first, over
 	// the time since the first chunk arrived, as the gateway saw it —
@@ -813,7 +827,9 @@ func (j *jobRun) complete(m *relaymsg.Done) (oaiwire.Usage, error) {
 // more completion tokens than the deltas or bytes it relayed (a token is
 // at least one byte, or a delta of its own), no more prompt tokens than
 // the bytes of the job message, never negative. Nothing a worker claims
-// moves money or dispatch weight beyond what it delivered.
+// moves money or dispatch weight beyond what it delivered. Completion
+// token details are dropped: only a ring job's are reported, bounded by
+// ringDetails once its stage receipts verify.
 func boundUsage(claim oaiwire.Usage, deltas, replyBytes int64, jobBytes int) oaiwire.Usage {
 	u := oaiwire.Usage{
 		PromptTokens:     min(max(claim.PromptTokens, 0), int64(jobBytes)),

@@ -26,7 +26,8 @@ var errRingUnsettled = &oaiwire.Error{Status: http.StatusBadGateway, Type: oaiwi
 	Message: "The ring of workers that served this model could not prove its work (its stage receipts did not verify), so the reply was rejected. The request was not charged."}
 
 // ringJob is what a job message for a ring model carries: the plan the
-// model's ring serves now and the attempt's nonce. Nil for any other
+// model's ring serves now, the attempt's nonce, and whether the client
+// turned speculative decoding off (headerSpeculation). Nil for any other
 // model, or when no ring serves (the first stage then refuses the job and
 // it moves or fails by the usual rules).
 func (s *Server) ringJob(j *jobRun, ticket string) *relaymsg.RingJob {
@@ -39,6 +40,7 @@ func (s *Server) ringJob(j *jobRun, ticket string) *relaymsg.RingJob {
 		return nil
 	}
 	j.ringPlan = r.Plan
+	r.NoSpeculation = j.noSpeculation
 	return r
 }
 

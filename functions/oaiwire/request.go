@@ -34,6 +34,42 @@ type ChatRequest struct {
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls,omitempty"`
 	ResponseFormat      *ResponseFormat `json:"response_format,omitempty"`
 	User                string          `json:"user,omitempty" validate:"max=256"`
+	// Prediction is Predicted Outputs: text the reply is expected to
+	// largely repeat. Ring models draft from it; other backends ignore it.
+	Prediction *Prediction `json:"prediction,omitempty"`
+}
+
+// Prediction is the prediction object of Predicted Outputs: type
+// "content" and the predicted text, a string or an array of text parts.
+type Prediction struct {
+	Type    string  `json:"type" validate:"required,eq=content"`
+	Content Content `json:"content"`
+}
+
+// Bounds on a prediction (Validate): a ring's driver tokenizes the whole
+// text to draft from it, so it is bounded like any input a worker takes
+// from a stranger, and generously past what one reply repeats.
+const (
+	// MaxPredictionParts is the most text parts a prediction may have.
+	MaxPredictionParts = 32
+	// MaxPredictionBytes bounds a prediction's text, all parts together.
+	MaxPredictionBytes = 64 << 10
+)
+
+// UnmarshalJSON decodes a prediction; absent content is null content, so
+// that validation tells a missing content from an empty string.
+func (p *Prediction) UnmarshalJSON(b []byte) error {
+	type plain Prediction // the same fields without this method
+	q := plain{Content: Content{Null: true}}
+	if err := json.Unmarshal(b, &q); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			te.Type = reflect.TypeOf(Prediction{}) // not plain
+		}
+		return err
+	}
+	*p = Prediction(q)
+	return nil
 }
 
 // Limit returns the completion token cap the client asked for, or 0 for

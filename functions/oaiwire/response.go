@@ -5,6 +5,19 @@ type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
+	// CompletionTokensDetails breaks the completion tokens down; set for
+	// ring models, which draft tokens and verify them (speculative
+	// decoding).
+	CompletionTokensDetails *CompletionTokensDetails `json:"completion_tokens_details,omitempty"`
+}
+
+// CompletionTokensDetails are OpenAI's completion_tokens_details, as far
+// as c0mpute reports them: of the tokens drafted for the reply (from a
+// draft model, the context, or the request's prediction), how many the
+// model accepted and how many it rejected.
+type CompletionTokensDetails struct {
+	AcceptedPredictionTokens int64 `json:"accepted_prediction_tokens"`
+	RejectedPredictionTokens int64 `json:"rejected_prediction_tokens"`
 }
 
 // Delta is one streamed increment of the assistant message. Workers send

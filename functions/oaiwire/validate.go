@@ -170,7 +170,68 @@ func Validate(r *ChatRequest) error {
 	if rf := r.ResponseFormat; rf != nil && rf.Type == "json_schema" && !isJSONObject(rf.JSONSchema) {
 		return InvalidRequest("response_format.json_schema", "json_schema must be an object")
 	}
+	return validatePrediction(r)
+}
+
+// validatePrediction checks the prediction (Predicted Outputs), whose type
+// the field rules checked: its content is text, a string or text parts,
+// within MaxPredictionParts and MaxPredictionBytes, and the request asks
+// for nothing OpenAI refuses together with a prediction.
+func validatePrediction(r *ChatRequest) error {
+	p := r.Prediction
+	if p == nil {
+		return nil
+	}
+	c := p.Content
+	switch {
+	case c.Null:
+		return InvalidRequest("prediction.content", "prediction.content is required: the text the reply is expected to repeat, a string or an array of text parts")
+	case c.IsParts && len(c.Parts) == 0:
+		return InvalidRequest("prediction.content", "prediction.content array is empty; send at least one text part")
+	case len(c.Parts) > MaxPredictionParts:
+		return InvalidRequest("prediction.content", fmt.Sprintf("prediction.content has %d parts; at most %d are allowed (join the text into fewer parts)",
+			len(c.Parts), MaxPredictionParts))
+	}
+	size := len(c.Text)
+	for j, part := range c.Parts {
+		pp := fmt.Sprintf("prediction.content[%d]", j)
+		switch {
+		case part.Type == "":
+			return InvalidRequest(pp+".type", pp+".type is required")
+		case part.Type != "text":
+			return InvalidRequest(pp+".type", pp+".type must be text: a prediction is text only (no images)")
+		case part.ImageURL != nil:
+			return InvalidRequest(pp, "text part carries an image_url")
+		}
+		size += len(part.Text)
+	}
+	if size > MaxPredictionBytes {
+		return InvalidRequest("prediction.content", fmt.Sprintf("prediction.content holds %d bytes of text; at most %d (64 KiB) are allowed",
+			size, MaxPredictionBytes))
+	}
+	// What OpenAI's guide lists as not supported with a prediction, as far
+	// as this gateway accepts it: n above 1 is refused for every request
+	// (the n rule), and logprobs, audio and modalities are not fields the
+	// gateway takes (unknown fields are ignored). max_completion_tokens,
+	// which the guide lists too, stays allowed: here it caps a predicted
+	// reply as it caps any other, and refusing it would leave a client
+	// only the deprecated max_tokens to cap one with.
+	switch {
+	case len(r.Tools) > 0:
+		return InvalidRequest("tools", "Unsupported parameter: 'tools' is not supported with 'prediction': Predicted Outputs do not support function calling. Send tools or a prediction, not both.")
+	case r.PresencePenalty != nil && *r.PresencePenalty > 0:
+		return InvalidRequest("presence_penalty", penaltyWithPrediction("presence_penalty"))
+	case r.FrequencyPenalty != nil && *r.FrequencyPenalty > 0:
+		return InvalidRequest("frequency_penalty", penaltyWithPrediction("frequency_penalty"))
+	}
 	return nil
+}
+
+// penaltyWithPrediction is the refusal of a positive penalty with a
+// prediction.
+func penaltyWithPrediction(param string) string {
+	return "Unsupported value: '" + param + "' greater than 0 is not supported with 'prediction' (Predicted Outputs). " +
+		"Leave " + param + " out or at most 0, or send no prediction."
 }
 
 func isJSONObject(b json.RawMessage) bool {

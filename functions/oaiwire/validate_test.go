@@ -192,6 +192,102 @@ var validRequests = []struct {
 	{name: "max length model and names", body: `{"model":"` + strings.Repeat("m", 128) + `","messages":[{"role":"user","content":"hi","name":"` +
 		strings.Repeat("n", 64) + `"}],"tools":[{"type":"function","function":{"name":"` + strings.Repeat("f", 64) + `"}}]}`},
 	{name: "escaped unicode", body: `{"model":"tiny","messages":[{"role":"user","content":"\u00e9\ud83d\ude00 \u0000"}]}`},
+	{name: "prediction string", body: `{"model":"tiny","messages":[{"role":"user","content":"rename x to y"}],
+		"prediction":{"type":"content","content":"let x = 1;\nprint(x)\n"},"max_completion_tokens":64}`,
+		check: func(t *testing.T, r *oaiwire.ChatRequest) {
+			p := r.Prediction
+			if p == nil || p.Type != "content" || p.Content.IsParts || p.Content.String() != "let x = 1;\nprint(x)\n" {
+				t.Errorf("prediction %+v", p)
+			}
+		}},
+	{name: "prediction text parts", body: `{"model":"tiny","messages":[{"role":"user","content":"hi"}],
+		"prediction":{"type":"content","content":[{"type":"text","text":"one "},{"type":"text","text":"two"}]}}`,
+		check: func(t *testing.T, r *oaiwire.ChatRequest) {
+			if p := r.Prediction; p == nil || !p.Content.IsParts || len(p.Content.Parts) != 2 || p.Content.String() != "one two" {
+				t.Errorf("prediction %+v", p)
+			}
+		}},
+	{name: "prediction empty string", body: `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"prediction":{"type":"content","content":""}}`,
+		check: func(t *testing.T, r *oaiwire.ChatRequest) {
+			if p := r.Prediction; p == nil || p.Content.Null || p.Content.String() != "" {
+				t.Errorf("prediction %+v", p)
+			}
+		}},
+	{name: "prediction null", body: `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"prediction":null}`,
+		check: func(t *testing.T, r *oaiwire.ChatRequest) {
+			if r.Prediction != nil {
+				t.Errorf("prediction %+v", r.Prediction)
+			}
+		}},
+	{name: "prediction with what it allows", body: `{"model":"tiny","messages":[{"role":"user","content":"hi"}],
+		"prediction":{"type":"content","content":"x"},"n":1,"presence_penalty":0,"frequency_penalty":-1,"tools":[],"tool_choice":"none",
+		"temperature":0.7,"seed":3,"stream":true,"stream_options":{"include_usage":true},"logprobs":true}`},
+}
+
+// textParts is a JSON array of n text parts holding size bytes of text
+// together (size >= n).
+func textParts(n, size int) string {
+	parts := make([]string, n)
+	for i := range n {
+		l := size / n
+		if i < size%n {
+			l++
+		}
+		parts[i] = `{"type":"text","text":"` + strings.Repeat("p", l) + `"}`
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// TestDecodePredictionBounds accepts a prediction at its bounds: the most
+// parts and bytes allowed, as one string or across parts. One over each is
+// in the bad corpus (badrequests' generated cases).
+func TestDecodePredictionBounds(t *testing.T) {
+	for name, content := range map[string]string{
+		"string of MaxPredictionBytes": `"` + strings.Repeat("p", oaiwire.MaxPredictionBytes) + `"`,
+		"MaxPredictionParts parts":     textParts(oaiwire.MaxPredictionParts, oaiwire.MaxPredictionParts),
+		"parts of MaxPredictionBytes":  textParts(oaiwire.MaxPredictionParts, oaiwire.MaxPredictionBytes),
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"prediction":{"type":"content","content":` + content + `}}`
+			r, err := oaiwire.DecodeChatRequest(strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Prediction == nil || r.Prediction.Content.String() == "" {
+				t.Fatalf("prediction %+v", r.Prediction)
+			}
+		})
+	}
+}
+
+// The errors of a prediction name what to fix; the corpus checks only
+// status and param.
+func TestPredictionErrorMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name, prediction, extra, want string
+	}{
+		{"type", `{"type":"text","content":"x"}`, "", "prediction.type must be content"},
+		{"missing content", `{"type":"content"}`, "", "prediction.content is required"},
+		{"image part", `{"type":"content","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}`, "",
+			"prediction.content[0].type must be text: a prediction is text only (no images)"},
+		{"too many parts", `{"type":"content","content":` + textParts(33, 33) + `}`, "", "prediction.content has 33 parts; at most 32 are allowed"},
+		{"too large", `{"type":"content","content":"` + strings.Repeat("p", 300000) + `"}`, "", "prediction.content holds 300000 bytes of text; at most 65536 (64 KiB) are allowed"},
+		{"tools", `{"type":"content","content":"x"}`, `,"tools":[{"type":"function","function":{"name":"f"}}]`,
+			"Unsupported parameter: 'tools' is not supported with 'prediction'"},
+		{"presence penalty", `{"type":"content","content":"x"}`, `,"presence_penalty":0.1`,
+			"Unsupported value: 'presence_penalty' greater than 0 is not supported with 'prediction'"},
+		{"frequency penalty", `{"type":"content","content":"x"}`, `,"frequency_penalty":2`,
+			"Unsupported value: 'frequency_penalty' greater than 0 is not supported with 'prediction'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"prediction":` + tc.prediction + tc.extra + `}`
+			_, err := oaiwire.DecodeChatRequest(strings.NewReader(body))
+			e := checkErrorShape(t, err)
+			if !strings.HasPrefix(e.Message, tc.want) || e.Type != oaiwire.TypeInvalidRequest || e.Status != 400 {
+				t.Errorf("got %d %s %q, want a 400 invalid_request_error starting %q", e.Status, e.Type, e.Message, tc.want)
+			}
+		})
+	}
 }
 
 func TestDecodeAcceptsValid(t *testing.T) {

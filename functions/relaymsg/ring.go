@@ -140,6 +140,9 @@ type RingJob struct {
 	Nonce     shard.Hash      `json:"nonce"`
 	Slot      uint64          `json:"slot"`
 	Blockhash shard.Blockhash `json:"blockhash"`
+	// NoSpeculation turns the driver's speculative decoding off for this
+	// job (the request header C0mpute-Speculation: off).
+	NoSpeculation bool `json:"no_speculation,omitempty"`
 }
 
 // RingNonce is the freshness nonce of one attempt of a ring job: a hash of

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"net"
 	"os"
@@ -24,6 +25,8 @@ import (
 	"github.com/go-playground/validator/v10"
 
 	"github.com/c0mpute/c0mpute/workerd/backend/comfyui"
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
 )
 
 // Config is workerd's settings.
@@ -88,6 +91,15 @@ type Config struct {
 	// capability record declares (a hint: the gateway places by measured
 	// round trips).
 	ShardUplink int64 `json:"shard_uplink,omitempty" validate:"min=0"`
+	// DraftSpec is --draft as written (the file keeps it so, as "draft"):
+	// the drafter of the ring models this member drives, for speculative
+	// decoding; empty is lookup for every model. Load parses it into
+	// Draft.
+	DraftSpec string `json:"draft,omitempty"`
+	// Draft is DraftSpec parsed (speculate.ParseChoice), every draft
+	// model file in it checked to open as a GGUF file. The zero value
+	// drafts by lookup.
+	Draft speculate.Choice `json:"-"`
 }
 
 // DefaultShardUplink is the declared uplink when none is set: 100 Mbit/s,
@@ -116,6 +128,7 @@ const (
 	EnvShardListen    = "C0MPUTE_SHARD_LISTEN"
 	EnvShardAdvertise = "C0MPUTE_SHARD_ADVERTISE"
 	EnvShardUplink    = "C0MPUTE_SHARD_UPLINK"
+	EnvDraft          = "C0MPUTE_DRAFT"
 	EnvOllamaHost     = "OLLAMA_HOST"
 )
 
@@ -179,6 +192,7 @@ type flags struct {
 	imageModels                                          *string
 	metrics, apiURL                                      *string
 	shardMemory, shardListen, shardAdvertise, shardUp    *string
+	draft                                                *string
 	developer, shard                                     *bool
 }
 
@@ -207,6 +221,7 @@ func newFlags() flags {
 		shardListen:    fs.String("shard-listen", "", "host:port the stage listener accepts other stages on (env "+EnvShardListen+")"),
 		shardAdvertise: fs.String("shard-advertise", "", "host:port other stages dial, if not --shard-listen (env "+EnvShardAdvertise+")"),
 		shardUp:        fs.String("shard-uplink", "", "upload bandwidth declared to the network, bits/s or with a K/M/G suffix (env "+EnvShardUplink+", default 100M)"),
+		draft:          fs.String("draft", "", "drafter for ring models this member drives: lookup (default), none, a draft GGUF file sharing the model's vocabulary, or MODEL=... per model, comma-separated (env "+EnvDraft+")"),
 	}
 }
 
@@ -292,6 +307,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	c.ShardListen = first(*f.shardListen, getenv(EnvShardListen), c.ShardListen)
 	c.ShardAdvertise = first(*f.shardAdvertise, getenv(EnvShardAdvertise), c.ShardAdvertise, c.ShardListen)
+	c.DraftSpec = first(*f.draft, getenv(EnvDraft), c.DraftSpec)
 	if c.Shard && c.ShardUplink == 0 {
 		c.ShardUplink = DefaultShardUplink
 	}
@@ -302,14 +318,17 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		}
 		c.Models = parsed
 	}
+	file := ""
+	if fromFile {
+		file = path
+	}
 	if err := validate.Struct(c); err != nil {
-		file := ""
-		if fromFile {
-			file = path
-		}
 		return Config{}, describe(err, c, file)
 	}
 	if err := c.checkShard(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkDraft(file); err != nil {
 		return Config{}, err
 	}
 	if len(c.ImageModels) > 0 && c.Backend != "openai" {
@@ -348,6 +367,64 @@ func (c *Config) checkShard() error {
 		return fmt.Errorf("--shard-advertise (or %s) is %q: want the host:port other stages dial (--shard-listen %s listens on every interface, which no peer can dial)", EnvShardAdvertise, c.ShardAdvertise, c.ShardListen)
 	}
 	return nil
+}
+
+// checkDraft parses DraftSpec into Draft and opens every draft model file
+// it names as a GGUF file, so that a typo fails at start rather than at
+// the first ring this member drives. A drafter is for ring members only.
+// file is the config file the settings came from, or "".
+func (c *Config) checkDraft(file string) error {
+	if c.DraftSpec == "" {
+		return nil
+	}
+	where := settings["DraftSpec"].where(file)
+	if !c.Shard {
+		return fmt.Errorf("%s is set, but --shard (or %s) is not: a drafter serves only the ring models a ring member drives (add --shard, or unset the drafter)", where, EnvShard)
+	}
+	choice, err := speculate.ParseChoice(c.DraftSpec)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if err := checkDraftFile(choice.Default, ""); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	for _, model := range slices.Sorted(maps.Keys(choice.PerModel)) {
+		if err := checkDraftFile(choice.PerModel[model], model); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	c.Draft = choice
+	return nil
+}
+
+// checkDraftFile opens the GGUF file of a draft model spec (and closes
+// it): its header and tensor directory must parse. Specs that name no
+// file pass. model is the ring model the spec is for, "" for the default.
+func checkDraftFile(s speculate.Spec, model string) error {
+	if s.Mode != speculate.ModeModel {
+		return nil
+	}
+	what := "the draft model"
+	if model != "" {
+		what = "the draft model for " + model
+	}
+	const want = "want a GGUF model file sharing the ring model's vocabulary, or lookup, or none"
+	st, err := os.Stat(s.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s, %s, does not exist: %s", what, s.Path, want)
+	case err != nil:
+		return fmt.Errorf("%s, %s: %w", what, s.Path, err)
+	case st.IsDir():
+		return fmt.Errorf("%s, %s, is a folder: %s", what, s.Path, want)
+	}
+	f, err := gguf.Open(s.Path)
+	if err != nil {
+		// gguf.Open names the path first; say it once.
+		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), s.Path+": "), "gguf: ")
+		return fmt.Errorf("%s, %s, does not open as a GGUF file (%s): %s", what, s.Path, msg, want)
+	}
+	return f.Close()
 }
 
 // ParseBytes reads a byte or bit count: digits with an optional K, M, G
@@ -390,6 +467,18 @@ var settings = map[string]setting{
 	"APIURL":         {"--api-url", EnvAPIURL, "api_url", "the gateway's API base URL, http(s)://host/v1"},
 	"ShardListen":    {"--shard-listen", EnvShardListen, "shard_listen", "host:port, e.g. 0.0.0.0:7420"},
 	"ShardAdvertise": {"--shard-advertise", EnvShardAdvertise, "shard_advertise", "host:port other stages dial, e.g. 203.0.113.7:7420"},
+	"DraftSpec": {"--draft", EnvDraft, "draft",
+		"lookup, none, a draft GGUF file sharing the model's vocabulary, or MODEL=… per model, comma-separated, e.g. lookup,qwen3-32b=/models/qwen3-0.6b.gguf"},
+}
+
+// where names a setting's sources for a message: its flag, its variable
+// and, when the settings came from one, its key in the config file.
+func (st setting) where(file string) string {
+	w := fmt.Sprintf("%s (or %s", st.flag, st.env)
+	if file != "" {
+		w += fmt.Sprintf(`, or %q in %s`, st.key, file)
+	}
+	return w + ")"
 }
 
 // describe turns validation errors into one line each, naming the flag,
@@ -406,11 +495,7 @@ func describe(err error, c Config, file string) error {
 			lines = append(lines, fmt.Sprintf("%s fails %q", fe.StructField(), fe.Tag()))
 			continue
 		}
-		where := fmt.Sprintf("%s (or %s", st.flag, st.env)
-		if file != "" {
-			where += fmt.Sprintf(`, or %q in %s`, st.key, file)
-		}
-		where += ")"
+		where := st.where(file)
 		var what string
 		switch v := fmt.Sprint(fe.Value()); {
 		case fe.Tag() == "required" || fe.Tag() == "required_unless" || fe.Tag() == "required_if":

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/c0mpute/c0mpute/infra/testmodel"
 	"github.com/c0mpute/c0mpute/workerd/config"
 )
 
@@ -221,6 +222,14 @@ var update = flag.Bool("update", false, "rewrite testdata/errors.golden")
 // test ./workerd/config -run TestErrors -update rewrites it).
 func TestErrors(t *testing.T) {
 	ok := []string{"--relay", "ws://relay/", "--token", "cwt_x"}
+	// shard is a valid ring member; $HOME in an argument is the case's
+	// home folder, which holds junk.gguf (not a GGUF file) and
+	// truncated.gguf (a real one cut short in its first metadata key).
+	shard := append([]string{"--backend", "builtin", "--shard", "--shard-memory", "8Gi", "--shard-listen", "127.0.0.1:7420"}, ok...)
+	model, err := testmodel.Bytes(testmodel.Options{Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -257,6 +266,17 @@ func TestErrors(t *testing.T) {
 		{"comfyui workflow missing", append([]string{"--backend", "comfyui", "--backend-url", "http://127.0.0.1:8188", "--workflow", "/does/not/exist.json"}, ok...), nil, ""},
 		{"comfyui workflow without placeholders", append([]string{"--backend", "comfyui", "--backend-url", "http://127.0.0.1:8188"}, ok...),
 			map[string]string{config.EnvWorkflow: "testdata/workflow-no-placeholders.json"}, ""},
+		{"draft without shard", append([]string{"--draft", "lookup"}, ok...), nil, ""},
+		{"draft in the file without shard", ok, nil, `{"draft":"none"}`},
+		{"draft in the file not a string", shard, nil, `{"draft":3}`},
+		{"draft with no drafter", append([]string{"--draft", "qwen="}, shard...), nil, ""},
+		{"draft with two defaults", append([]string{"--draft", "lookup,none"}, shard...), nil, ""},
+		{"draft naming a model twice", shard, map[string]string{config.EnvDraft: "qwen=none, qwen=lookup"}, ""},
+		{"draft model missing", append([]string{"--draft", "/does/not/exist.gguf"}, shard...), nil, ""},
+		{"draft model of one model missing", append([]string{"--draft", "lookup,qwen=/does/not/exist.gguf"}, shard...), nil, ""},
+		{"draft model a folder", append([]string{"--draft", "$HOME"}, shard...), nil, ""},
+		{"draft model not a GGUF file", shard, map[string]string{config.EnvDraft: "qwen=$HOME/junk.gguf"}, ""},
+		{"draft model truncated", append([]string{"--draft", "$HOME/truncated.gguf"}, shard...), nil, ""},
 	}
 	var got strings.Builder
 	for _, tc := range cases {
@@ -264,9 +284,17 @@ func TestErrors(t *testing.T) {
 		if tc.file != "" {
 			writeFile(t, filepath.Join(home, "workerd.json"), tc.file)
 		}
+		writeFile(t, filepath.Join(home, "junk.gguf"), "not a model\n")
+		writeFile(t, filepath.Join(home, "truncated.gguf"), string(model[:40]))
 		vars := map[string]string{}
-		maps.Copy(vars, tc.env)
-		c, err := config.Load(append([]string{"--home", home}, tc.args...), env(vars))
+		for k, v := range tc.env {
+			vars[k] = strings.ReplaceAll(v, "$HOME", home)
+		}
+		args := []string{"--home", home}
+		for _, a := range tc.args {
+			args = append(args, strings.ReplaceAll(a, "$HOME", home))
+		}
+		c, err := config.Load(args, env(vars))
 		if err == nil {
 			t.Errorf("%s: no error; config %+v", tc.name, c)
 			continue

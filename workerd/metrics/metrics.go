@@ -2,10 +2,15 @@
 // (jobs by outcome, tokens, backend errors, the relay connection, busy
 // time, jobs in flight, time to first token), by network model id, with
 // the Go runtime's and the process's own metrics, served at /metrics on the
-// address of `workerd run --metrics ADDR`.
+// address of `workerd run --metrics ADDR`. A ring member (--shard) adds
+// its speculative decoding counts as a ring's driver
+// (Observer.RegisterSpeculation): verification loops by the number of
+// drafted tokens they carried, drafted and accepted tokens, loops with a
+// rejection, and the time spent in loops and in drafting.
 //
 // Nothing of a prompt or a completion reaches a metric: the agent passes
-// only model ids, counts and timings (agent.Observer). Metrics live in a
+// only model ids, counts and timings (agent.Observer), and a ring member
+// only counts and times (speculate.Stats), never a token. Metrics live in a
 // registry of their own, not the client library's global one, so that
 // nothing another package registers leaks onto the endpoint.
 package metrics

@@ -23,6 +23,7 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/backend"
 	"github.com/c0mpute/c0mpute/workerd/engine"
 	"github.com/c0mpute/c0mpute/workerd/shardblob"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
 )
 
 // MemberConfig configures a ring member's control side.
@@ -56,9 +57,12 @@ type MemberConfig struct {
 	// bench layer at every probe and the planner places and prices a
 	// member at what they observed, its claim only when no one did.
 	LayerMicrosOverride int64
-	HTTP                *http.Client
-	Log                 *slog.Logger
-	Now                 func() time.Time
+	// Draft chooses the drafter this member uses when it drives a ring
+	// of a model (speculative decoding; the zero value drafts by lookup).
+	Draft speculate.Choice
+	HTTP  *http.Client
+	Log   *slog.Logger
+	Now   func() time.Time
 }
 
 // Defaults of MemberConfig.
@@ -178,7 +182,7 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	srv, err := NewServer(cfg.Key, cfg.Listen, cfg.Log)
+	srv, err := NewServer(cfg.Key, cfg.Listen, cfg.Log, WithDraft(cfg.Draft))
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +205,10 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 
 // Addr is the stage listener's address; Advertise the address announced.
 func (m *Member) Addr() string { return m.srv.Addr().String() }
+
+// SpecStats are the counts of the verification loops this member ran as
+// a ring's driver (Server.SpecStats), for its metrics.
+func (m *Member) SpecStats() *speculate.Stats { return m.srv.SpecStats() }
 
 // Advertise is the address other stages are told to dial.
 func (m *Member) Advertise() string { return m.cfg.Advertise }

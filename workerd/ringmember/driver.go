@@ -88,6 +88,7 @@ func (s *Server) Chat(ctx context.Context, job Job, req *oaiwire.ChatRequest, em
 	if err != nil {
 		return backend.Result{}, nil, err
 	}
+	d.spec = &speculation{drafter: r.drafts.forJob(job.Ring.NoSpeculation, r.predictionTokens(req)), ctl: r.drafts.ctl, stats: &s.spec}
 	// The ring goes to the next job however this one ends.
 	defer d.release()
 	defer func() {
@@ -120,6 +121,7 @@ func (s *Server) Chat(ctx context.Context, job Job, req *oaiwire.ChatRequest, em
 	if err != nil {
 		return backend.Result{}, nil, err
 	}
+	res.Usage.CompletionTokensDetails = d.spec.details(res.Usage.CompletionTokens)
 	el := time.Since(start)
 	r.log.Debug("ringmember: job done", "job", job.ID, "prompt_tokens", len(prompt), "tokens", res.Usage.CompletionTokens,
 		"finish", res.FinishReason, "tok_per_s", float64(res.Usage.CompletionTokens)/el.Seconds())
@@ -147,9 +149,12 @@ type driverJob struct {
 	// short by the caller's context), with pendingWant token ids to
 	// come. broken: the job's frames and chains may disagree with the
 	// stages' (a failed send, a bad answer); it cannot be closed.
-	pending     bool
-	pendingWant int
-	broken      bool
+	pending       bool
+	pendingWant   int
+	pendingVerify *pendingVerify
+	broken        bool
+	// spec is the job's speculation (its drafter nil: none).
+	spec *speculation
 	// closing is set when the close begins (tests wait for it).
 	closing atomic.Bool
 
@@ -167,6 +172,11 @@ func (r *ring) openJob(ctx context.Context, id string, rj relaymsg.RingJob, prom
 	case <-ctx.Done():
 		return nil, fmt.Errorf("ringmember: job %q: waiting for the ring: %w", id, context.Cause(ctx))
 	case <-r.ctx.Done():
+		return nil, fmt.Errorf("%w: plan %s was dropped", ErrNotServing, r.hash)
+	}
+	if r.ctx.Err() != nil {
+		// Both were ready and the select took the ring: it is stopped.
+		<-r.busy
 		return nil, fmt.Errorf("%w: plan %s was dropped", ErrNotServing, r.hash)
 	}
 	d := &driverJob{r: r, events: make(chan inEvent, 4), done: make(chan struct{})}
@@ -382,8 +392,15 @@ func (d *driverJob) truncate(ctx context.Context, n int) error {
 	return err
 }
 
-// await waits for the answer to the current step from the last stage.
+// await waits for the answer to the current step from the last stage, at
+// the driver's cache length.
 func (d *driverJob) await(ctx context.Context, kind stagenet.Kind) (stagenet.Frame, error) {
+	return d.awaitAt(ctx, kind, d.st.Len())
+}
+
+// awaitAt waits for the answer to the current step from the last stage,
+// at position pos (-1: the caller checks it).
+func (d *driverJob) awaitAt(ctx context.Context, kind stagenet.Kind, pos int) (stagenet.Frame, error) {
 	t := time.NewTimer(d.r.s.o.stepTimeout)
 	defer t.Stop()
 	select {
@@ -402,8 +419,8 @@ func (d *driverJob) await(ctx context.Context, kind stagenet.Kind) (stagenet.Fra
 			return f, badFrame("job %q: a %s frame came back, a %s frame was awaited", d.open.Job, f.Kind, kind)
 		case f.Step != d.step:
 			return f, badFrame("job %q: the answer is for step %d, step %d was awaited", d.open.Job, f.Step, d.step)
-		case int(f.Pos) != d.st.Len():
-			return f, badFrame("job %q: the answer is at position %d, the driver's cache holds %d", d.open.Job, f.Pos, d.st.Len())
+		case pos >= 0 && int(f.Pos) != pos:
+			return f, badFrame("job %q: the answer is at position %d, the driver's cache holds %d", d.open.Job, f.Pos, pos)
 		}
 		return f, nil
 	case <-t.C:
@@ -452,6 +469,9 @@ func (d *driverJob) closeContext(caller context.Context) (context.Context, conte
 func (d *driverJob) usage() backend.Result {
 	u := oaiwire.Usage{PromptTokens: int64(d.open.Prompt), CompletionTokens: d.tokens}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	if d.spec != nil {
+		u.CompletionTokensDetails = d.spec.details(u.CompletionTokens)
+	}
 	return backend.Result{FinishReason: oaiwire.FinishLength, Usage: u}
 }
 
@@ -463,7 +483,12 @@ func (d *driverJob) close(ctx context.Context) (*relaymsg.RingDone, error) {
 	if d.broken {
 		return nil, fmt.Errorf("ringmember: job %q cannot be closed: the ring's account of it is broken", d.open.Job)
 	}
-	if d.pending {
+	switch {
+	case d.pendingVerify != nil:
+		if _, err := d.answerVerify(ctx); err != nil {
+			return nil, err
+		}
+	case d.pending:
 		if _, err := d.answer(ctx, d.pendingWant); err != nil {
 			return nil, err
 		}

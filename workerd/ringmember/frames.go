@@ -15,6 +15,7 @@ import (
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
 	"github.com/c0mpute/c0mpute/functions/shard"
 	"github.com/c0mpute/c0mpute/workerd/engine/sample"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
 	"github.com/c0mpute/c0mpute/workerd/stagenet"
 )
 
@@ -38,9 +39,9 @@ const (
 	// relaymsg.MaxRingReceipts of them.
 	maxReceiptBytes = 2 << 10
 	maxCloseBytes   = relaymsg.MaxRingReceipts * maxReceiptBytes
-	// maxTokensPerFrame bounds a KindTokens payload: one id a step now,
-	// MaxChunk once speculative decoding verifies drafts in one loop.
-	maxTokensPerFrame = MaxChunk
+	// maxTokensPerFrame bounds a KindTokens payload: one id a step, or
+	// the accepted drafts and the token after them of a verify step.
+	maxTokensPerFrame = speculate.MaxGamma + 1
 )
 
 // maxHiddenBytes is the largest KindHidden payload for a model of hidden
@@ -160,4 +161,34 @@ func reason(err error) []byte {
 		s = strings.ToValidUTF8(s[:stagenet.MaxErrorPayload], "")
 	}
 	return []byte(s)
+}
+
+// encodeVerify is a KindVerify payload: the drafts' count and ids, then
+// the hidden states' wire form (len(drafts)+1 positions).
+func encodeVerify(drafts []int32, wire []byte) []byte {
+	b := make([]byte, 0, 4+4*len(drafts)+len(wire))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(drafts)))
+	b = append(b, encodeTokens(drafts)...)
+	return append(b, wire...)
+}
+
+// decodeVerify splits a KindVerify payload into its drafts, checked
+// against the vocabulary and speculate.MaxGamma, and the hidden states'
+// wire form.
+func decodeVerify(b []byte, vocab int) (drafts []int32, wire []byte, err error) {
+	if len(b) < 4 {
+		return nil, nil, badFrame("verify payload of %d bytes has no draft count", len(b))
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n == 0 || n > speculate.MaxGamma {
+		return nil, nil, badFrame("verify payload names %d drafts, want 1 to %d", n, speculate.MaxGamma)
+	}
+	end := 4 + 4*int(n)
+	if len(b) < end {
+		return nil, nil, badFrame("verify payload of %d bytes is too short for %d drafts", len(b), n)
+	}
+	if drafts, err = decodeTokens(b[4:end], int(n), vocab); err != nil {
+		return nil, nil, err
+	}
+	return drafts, b[end:], nil
 }

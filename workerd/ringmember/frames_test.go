@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/backend/backendtest"
 	"github.com/c0mpute/c0mpute/workerd/engine"
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
 	"github.com/c0mpute/c0mpute/workerd/stagenet"
 )
 
@@ -170,6 +172,21 @@ func (h *peerHarness) hidden(t *testing.T, job string, step uint32, pos, n int) 
 	return &stagenet.Frame{Kind: stagenet.KindHidden, Job: job, Step: step, Pos: uint32(pos), Payload: wire}
 }
 
+// verifyFrame is a well-formed verify frame at pos: the embeddings of a
+// last token and the drafts after it.
+func (h *peerHarness) verifyFrame(t *testing.T, job string, step uint32, pos int, drafts []int32) *stagenet.Frame {
+	t.Helper()
+	hs, err := h.whole.Embed(append([]int32{testmodel.EOSID + 1}, drafts...), pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := engine.EncodeHidden(hs, engine.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stagenet.Frame{Kind: stagenet.KindVerify, Job: job, Step: step, Pos: uint32(pos), Payload: encodeVerify(drafts, wire)}
+}
+
 // rawHidden encodes hidden states of any shape.
 func rawHidden(t *testing.T, pos, tokens, dim int, fill float32) []byte {
 	t.Helper()
@@ -283,6 +300,62 @@ func TestStageRefusesBadFrames(t *testing.T) {
 			h.expect(t, stagenet.KindHidden, job)
 			h.send(t, &stagenet.Frame{Kind: stagenet.KindClose, Job: job, Step: 2, Pos: 2, Payload: []byte(`[{"job":1}]`)})
 		}, false},
+		{"verify with no drafts", func(t *testing.T, job string) {
+			h.send(t, h.openFrame(t, job))
+			h.expect(t, stagenet.KindOpen, job)
+			h.send(t, h.hidden(t, job, 1, 0, 3))
+			h.expect(t, stagenet.KindHidden, job)
+			f := h.verifyFrame(t, job, 2, 3, nil)
+			h.send(t, f)
+		}, false},
+		{"verify of more drafts than a loop verifies", func(t *testing.T, job string) {
+			h.send(t, h.openFrame(t, job))
+			h.expect(t, stagenet.KindOpen, job)
+			h.send(t, h.hidden(t, job, 1, 0, 3))
+			h.expect(t, stagenet.KindHidden, job)
+			h.send(t, h.verifyFrame(t, job, 2, 3, make([]int32, speculate.MaxGamma+1)))
+		}, false},
+		{"verify of a draft outside the vocabulary", func(t *testing.T, job string) {
+			h.send(t, h.openFrame(t, job))
+			h.expect(t, stagenet.KindOpen, job)
+			h.send(t, h.hidden(t, job, 1, 0, 3))
+			h.expect(t, stagenet.KindHidden, job)
+			f := h.verifyFrame(t, job, 2, 3, []int32{5, 6})
+			binary.LittleEndian.PutUint32(f.Payload[8:], uint32(h.whole.Config().Vocab))
+			h.send(t, f)
+		}, false},
+		{"verify whose rows are not its drafts and one", func(t *testing.T, job string) {
+			h.send(t, h.openFrame(t, job))
+			h.expect(t, stagenet.KindOpen, job)
+			h.send(t, h.hidden(t, job, 1, 0, 3))
+			h.expect(t, stagenet.KindHidden, job)
+			f := h.verifyFrame(t, job, 2, 3, []int32{5, 6})
+			f.Payload = encodeVerify([]int32{5, 6, 7}, f.Payload[12:])
+			h.send(t, f)
+		}, false},
+		{"verify inside the prompt", func(t *testing.T, job string) {
+			h.send(t, h.openFrame(t, job))
+			h.expect(t, stagenet.KindOpen, job)
+			h.send(t, h.hidden(t, job, 1, 0, 2))
+			h.expect(t, stagenet.KindHidden, job)
+			h.send(t, h.verifyFrame(t, job, 2, 2, []int32{5}))
+		}, false},
+		{"rewind past a verify's first row", func(t *testing.T, job string) {
+			h.send(t, h.openFrame(t, job))
+			h.expect(t, stagenet.KindOpen, job)
+			h.send(t, h.hidden(t, job, 1, 0, 3))
+			h.expect(t, stagenet.KindHidden, job)
+			h.send(t, h.verifyFrame(t, job, 2, 3, []int32{5, 6}))
+			h.expect(t, stagenet.KindVerify, job)
+			h.send(t, h.hidden(t, job, 3, 3, 1))
+		}, false},
+		{"rewind with no verify before", func(t *testing.T, job string) {
+			h.send(t, h.openFrame(t, job))
+			h.expect(t, stagenet.KindOpen, job)
+			h.send(t, h.hidden(t, job, 1, 0, 3))
+			h.expect(t, stagenet.KindHidden, job)
+			h.send(t, h.hidden(t, job, 2, 2, 1))
+		}, false},
 		{"open with an unknown field", func(t *testing.T, job string) {
 			h.send(t, &stagenet.Frame{Kind: stagenet.KindOpen, Job: job, Payload: []byte(`{"job":"` + job + `","prompt":3,"text":"x"}`)})
 		}, false},
@@ -328,6 +401,44 @@ func TestStageRefusesBadFrames(t *testing.T) {
 				t.Fatalf("receipt %+v: %v", rs[0], err)
 			}
 		})
+	}
+}
+
+// TestVerifyRewind: a middle stage runs a verify frame's rows and passes
+// its drafts on with its states; the next frame's position rolls its
+// cache back to the rows the last stage accepted (here one of two
+// drafts); its receipt counts every row it ran.
+func TestVerifyRewind(t *testing.T) {
+	m := loadModel(t, "llama-q8_0", modelOptions("llama", testmodel.Q8_0))
+	h := newPeerHarness(t, m, 3, 1)
+	job := "verify-rewind"
+	h.send(t, h.openFrame(t, job))
+	h.expect(t, stagenet.KindOpen, job)
+	h.send(t, h.hidden(t, job, 1, 0, 3))
+	h.expect(t, stagenet.KindHidden, job)
+	drafts := []int32{5, 6}
+	h.send(t, h.verifyFrame(t, job, 2, 3, drafts))
+	v := h.expect(t, stagenet.KindVerify, job)
+	got, wire, err := decodeVerify(v.Payload, h.whole.Config().Vocab)
+	if err != nil || v.Pos != 3 || v.Step != 2 || len(got) != 2 || got[0] != 5 || got[1] != 6 {
+		t.Fatalf("passed on pos %d step %d drafts %v: %v", v.Pos, v.Step, got, err)
+	}
+	if hs, err := engine.DecodeHidden(wire); err != nil || hs.Tokens != 3 || hs.Pos != 3 {
+		t.Fatalf("passed on states %v: %v", hs, err)
+	}
+	// One draft accepted: the next token is at position 5.
+	h.send(t, h.hidden(t, job, 3, 5, 1))
+	if f := h.expect(t, stagenet.KindHidden, job); f.Pos != 5 {
+		t.Fatalf("passed on a step at %d, want 5", f.Pos)
+	}
+	h.send(t, &stagenet.Frame{Kind: stagenet.KindClose, Job: job, Step: 4, Pos: 6, Payload: []byte("[]")})
+	cl := h.expect(t, stagenet.KindClose, job)
+	rs, err := shard.DecodeReceipts(cl.Payload)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("close carries %d receipts, %v", len(rs), err)
+	}
+	if rs[0].TokenEnd != 7 {
+		t.Fatalf("the receipt covers %d positions, want the 7 rows run (3 prompt, 3 verify, 1 step)", rs[0].TokenEnd)
 	}
 }
 
@@ -401,6 +512,78 @@ func TestDriverRefusesBadAnswers(t *testing.T) {
 				t.Fatalf("chat error %v echoes the error frame's text", err)
 			}
 			h.expect(t, stagenet.KindError, job.ID) // the driver drops the job around the ring
+		})
+	}
+}
+
+// TestDriverRefusesBadVerifyAnswers: a last stage's answer to a verify
+// step that claims a token the driver did not draft, answers at another
+// length than its tokens say, or carries no token or more than the rows
+// fails the job at the driver, which tells the ring.
+func TestDriverRefusesBadVerifyAnswers(t *testing.T) {
+	m := loadModel(t, "llama-q8_0", modelOptions("llama", testmodel.Q8_0))
+	h := newPeerHarness(t, m, 2, 0)
+	vocab := h.whole.Config().Vocab
+	const prediction = "the cat sat on the mat and the dog ran to the big red house"
+	predicted := h.srv.current().text.Tokenize(prediction)
+	answer := func(job string, step uint32, pos int, ids []int32) *stagenet.Frame {
+		return &stagenet.Frame{Kind: stagenet.KindTokens, Job: job, Step: step, Pos: uint32(pos), Payload: encodeTokens(ids)}
+	}
+	cases := []struct {
+		name   string
+		answer func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame
+		want   string
+	}{
+		{"a token accepted that is not the draft", func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame {
+			return answer(job, v.Step, int(v.Pos)+2, []int32{drafts[0] ^ 1, 5})
+		}, "which is not the draft"},
+		{"an answer at another length", func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame {
+			return answer(job, v.Step, int(v.Pos)+2, []int32{5})
+		}, "want"},
+		{"no token", func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame {
+			return answer(job, v.Step, int(v.Pos), nil)
+		}, "no token"},
+		{"more tokens than rows", func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame {
+			ids := append(append([]int32{}, drafts...), 5, 6)
+			return answer(job, v.Step, int(v.Pos)+len(ids), ids)
+		}, "expected"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			job, _ := h.tr.ringJob(t)
+			req := greedy(prompts[0], 8, false)
+			req.Prediction = &oaiwire.Prediction{Type: "content", Content: oaiwire.Content{Text: prediction}}
+			errc := make(chan error, 1)
+			go func() {
+				_, _, err := h.srv.Chat(context.Background(), job, req, func(oaiwire.Delta) error { return nil })
+				errc <- err
+			}()
+			h.expect(t, stagenet.KindOpen, job.ID)
+			hf := h.expect(t, stagenet.KindHidden, job.ID)
+			hs, err := engine.DecodeHidden(hf.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The prompt's token is the prediction's first: the driver
+			// drafts the prediction's next tokens.
+			h.send(t, answer(job.ID, hf.Step, hs.Tokens, predicted[:1]))
+			v := h.expect(t, stagenet.KindVerify, job.ID)
+			drafts, _, err := decodeVerify(v.Payload, vocab)
+			if err != nil || int(v.Pos) != hs.Tokens || len(drafts) == 0 || drafts[0] != predicted[1] {
+				t.Fatalf("verify at %d with drafts %v (prediction %v): %v", v.Pos, drafts, predicted, err)
+			}
+			h.send(t, c.answer(job.ID, v, drafts))
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			select {
+			case err = <-errc:
+			case <-ctx.Done():
+				t.Fatal("the chat did not end")
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("chat error %v, want one mentioning %q", err, c.want)
+			}
+			h.expect(t, stagenet.KindError, job.ID)
 		})
 	}
 }
@@ -509,6 +692,7 @@ func TestTruncate(t *testing.T) {
 			}
 			c := chatResult{done: done, job: job, at: at}
 			c.Result.Usage.PromptTokens, c.Result.Usage.CompletionTokens = int64(len(prompt)), 5 // TokenEnd + 1
+			c.Result.Usage.CompletionTokensDetails = &oaiwire.CompletionTokensDetails{}
 			tr.verify(t, c)
 		})
 	}

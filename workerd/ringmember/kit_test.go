@@ -28,6 +28,7 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 	"github.com/c0mpute/c0mpute/workerd/shardblob"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
 )
 
 // childEnv names the assignment file of a stage process: the test binary
@@ -632,9 +633,14 @@ func (tr *testRing) verify(t testing.TB, c chatResult) {
 	t.Helper()
 	tr.settle(t, c)
 	d := c.done
-	if want := c.Result.Usage.PromptTokens + c.Result.Usage.CompletionTokens - 1; d.TokenEnd != want {
-		// Every token but the last sampled one runs through the ring.
-		t.Errorf("the receipts cover %d positions, the reply ran %d", d.TokenEnd, want)
+	// Every token but the last sampled one runs through the ring, and so
+	// does every rejected draft; a reply that stops (an end token, a stop
+	// string) inside a loop's accepted drafts leaves the rest of them run
+	// but unused. A reply cut by its length drafts no further than it.
+	u := c.Result.Usage
+	want := u.PromptTokens + u.CompletionTokens - 1 + u.CompletionTokensDetails.RejectedPredictionTokens
+	if d.TokenEnd < want || d.TokenEnd > want+speculate.MaxGamma || c.Result.FinishReason == oaiwire.FinishLength && d.TokenEnd != want {
+		t.Errorf("the receipts cover %d positions, the reply ran %d (%s)", d.TokenEnd, want, c.Result.FinishReason)
 	}
 }
 
@@ -672,7 +678,18 @@ func same(got chatResult, want backendtest.Collected) string {
 	if got.Error != "" || want.Error != "" {
 		return fmt.Sprintf("errors: ring %q, built-in %q", got.Error, want.Error)
 	}
-	g, _ := json.Marshal(got.Collected)
+	// The ring's usage also says how its drafts fared (the built-in
+	// backend drafts nothing): compared apart from the rest.
+	d := got.Result.Usage.CompletionTokensDetails
+	if d == nil {
+		return "the ring's usage has no completion_tokens_details"
+	}
+	if d.AcceptedPredictionTokens < 0 || d.AcceptedPredictionTokens > got.Result.Usage.CompletionTokens || d.RejectedPredictionTokens < 0 {
+		return fmt.Sprintf("the ring's usage details %+v do not fit %d completion tokens", *d, got.Result.Usage.CompletionTokens)
+	}
+	plain := got.Collected
+	plain.Result.Usage.CompletionTokensDetails = nil
+	g, _ := json.Marshal(plain)
 	w, _ := json.Marshal(want)
 	if !bytes.Equal(g, w) {
 		return fmt.Sprintf("ring:\n%s\nbuilt-in:\n%s", g, w)

@@ -19,6 +19,7 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/engine"
 	"github.com/c0mpute/c0mpute/workerd/engine/sample"
 	"github.com/c0mpute/c0mpute/workerd/shardblob"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
 	"github.com/c0mpute/c0mpute/workerd/stagenet"
 )
 
@@ -81,6 +82,7 @@ type options struct {
 	stepTimeout time.Duration
 	chunk       int
 	now         func() time.Time
+	draft       speculate.Choice
 }
 
 // Option configures NewServer.
@@ -98,6 +100,10 @@ func WithPromptChunk(n int) Option { return func(o *options) { o.chunk = n } }
 
 // WithClock sets the clock receipts are dated by (default time.Now).
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithDraft sets the drafter the driver uses per ring model (speculative
+// decoding; default lookup for every model).
+func WithDraft(c speculate.Choice) Option { return func(o *options) { o.draft = c } }
 
 // ErrNotServing is returned by Chat when this member serves no plan, or
 // not the plan a job names, or is not its first stage.
@@ -128,7 +134,13 @@ type Server struct {
 	waiting bool
 	// bench answers peers' bench frames (SetBench); nil answers none.
 	bench BenchFunc
+	// spec counts the driver's verification loops (SpecStats).
+	spec speculate.Stats
 }
+
+// SpecStats are the counts of the verification loops this member ran as
+// a ring's driver, for its metrics.
+func (s *Server) SpecStats() *speculate.Stats { return &s.spec }
 
 // BenchFunc runs a model's bench layer for a peer that times this member
 // at probe: model is the bench frame's job id (the manifest hash in hex),
@@ -415,6 +427,9 @@ func (s *Server) Close() error {
 	s.waiting = true
 	s.mu.Unlock()
 	s.chats.Wait()
+	if r != nil {
+		r.closeDrafts()
+	}
 	if err != nil {
 		return fmt.Errorf("ringmember: %w", err)
 	}
@@ -599,6 +614,7 @@ type ring struct {
 	prevStage, nextStage int
 	members              map[shard.PublicKey]bool
 	text                 *builtin.Text // stage 0
+	drafts               *drafts       // stage 0
 	out                  *link         // nil for a one-stage ring
 	maxPayload           int
 	// ctxTokens is the most positions a job's cache may hold: the
@@ -700,6 +716,7 @@ func (s *Server) newRing(a *Assignment) (*ring, error) {
 			return nil, fmt.Errorf("ringmember: serve: the first stage's metadata: %w", err)
 		}
 		r.text = t
+		r.drafts = r.newDrafts(a.Part.Metadata())
 	}
 	if r.stages > 1 {
 		r.nextStage = (r.me.Stage + 1) % r.stages
@@ -754,6 +771,9 @@ func (r *ring) stop() {
 		r.out.close()
 	}
 	r.wg.Wait()
+	// The draft model is freed once the job on it ends (Close frees it
+	// itself after its wait for the Chat calls).
+	r.s.goSafe("free the draft model", r.closeDrafts)
 	r.log.Info("ringmember: stopped serving")
 }
 
@@ -995,6 +1015,30 @@ type stageJob struct {
 	st   *engine.Stage
 	smp  *sample.Sampler // the last stage's
 	step uint32
+	// floor is, after a verify frame, the least position the next frame
+	// may roll the cache back to (the verify's first row stays); -1
+	// otherwise.
+	floor int
+}
+
+// rewind takes the position of a data frame that follows a verify frame:
+// a verify leaves every stage's cache holding all its rows, and the next
+// frame's position (the driver's cache length: the rows the last stage
+// accepted) says how many stay. Any other frame's position must be the
+// cache's length.
+func (j *stageJob) rewind(f *stagenet.Frame) error {
+	pos, n := int(f.Pos), j.st.Len()
+	floor := j.floor
+	j.floor = -1
+	switch {
+	case pos == n:
+		return nil
+	case floor >= 0 && pos >= floor && pos < n:
+		return j.st.Truncate(pos)
+	case floor >= 0:
+		return badFrame("job %q: %s frame at position %d after a verify of positions %d..%d", f.Job, f.Kind, pos, floor-1, n)
+	}
+	return badFrame("job %q: %s frame at position %d, the cache holds %d", f.Job, f.Kind, pos, n)
 }
 
 // runStage takes a non-driver stage's frames in order, one job at a time.
@@ -1079,6 +1123,8 @@ func (r *ring) stageEvent(j *stageJob, ev inEvent) (open *stageJob) {
 		switch f.Kind {
 		case stagenet.KindHidden:
 			err = r.stageHidden(j, f)
+		case stagenet.KindVerify:
+			err = r.stageVerify(j, f)
 		case stagenet.KindTruncate:
 			err = r.stageTruncate(j, f)
 		case stagenet.KindClose:
@@ -1120,7 +1166,7 @@ func (r *ring) openStageJob(ev inEvent) (*stageJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &stageJob{account: account{open: o}, src: ev.conn, st: st, step: ev.f.Step}
+	j := &stageJob{account: account{open: o}, src: ev.conn, st: st, step: ev.f.Step, floor: -1}
 	if r.tail {
 		if j.smp, err = sample.New(o.Sampling.params()); err != nil {
 			return nil, badFrame("job %q: %v", o.Job, err)
@@ -1152,6 +1198,9 @@ func (r *ring) stageHidden(j *stageJob, f *stagenet.Frame) error {
 	h, err := engine.DecodeHidden(f.Payload)
 	if err != nil {
 		return badFrame("job %q: hidden payload: %v", f.Job, err)
+	}
+	if err := j.rewind(f); err != nil {
+		return err
 	}
 	switch {
 	case h.Dim != r.cfg.Embd:
@@ -1194,6 +1243,77 @@ func (r *ring) stageHidden(j *stageJob, f *stagenet.Frame) error {
 	return nil
 }
 
+// stageVerify runs this stage's layers over the rows of a verify frame
+// (the last accepted token and the drafts after it) and passes the
+// drafts and the states on; the last stage applies the head to every
+// row, accepts drafts by the job's sampler (speculate.Accept), rolls its
+// cache back to the rows accepted, and answers the driver with the
+// accepted drafts and the token after them, at the accepted length. The
+// other stages keep every row until the next frame's position says how
+// many stay (rewind).
+func (r *ring) stageVerify(j *stageJob, f *stagenet.Frame) error {
+	drafts, wire, err := decodeVerify(f.Payload, r.cfg.Vocab)
+	if err != nil {
+		return fmt.Errorf("job %q: %w", f.Job, err)
+	}
+	if n := maxHiddenBytes(r.cfg.Embd); len(wire) > n {
+		return badFrame("job %q: verify hidden payload of %d bytes, the limit is %d", f.Job, len(wire), n)
+	}
+	h, err := engine.DecodeHidden(wire)
+	if err != nil {
+		return badFrame("job %q: verify hidden payload: %v", f.Job, err)
+	}
+	if err := j.rewind(f); err != nil {
+		return err
+	}
+	switch {
+	case h.Dim != r.cfg.Embd:
+		return badFrame("job %q: hidden states of width %d, the model's is %d", f.Job, h.Dim, r.cfg.Embd)
+	case h.Tokens != len(drafts)+1:
+		return badFrame("job %q: a verify of %d drafts carries %d positions, want %d", f.Job, len(drafts), h.Tokens, len(drafts)+1)
+	case int(f.Pos) != h.Pos || h.Pos != j.st.Len():
+		return badFrame("job %q: hidden states at position %d (frame says %d), the cache holds %d", f.Job, h.Pos, f.Pos, j.st.Len())
+	case h.Pos < j.open.Prompt:
+		return badFrame("job %q: a verify at position %d, inside the prompt of %d", f.Job, h.Pos, j.open.Prompt)
+	case h.Pos+h.Tokens > r.ctxTokens:
+		return badFrame("job %q: hidden states up to position %d, past the plan's context of %d", f.Job, h.Pos+h.Tokens, r.ctxTokens)
+	}
+	j.in.addFrame(f)
+	if err := j.st.Forward(r.ctx, h); err != nil {
+		return fmt.Errorf("ringmember: job %q: %w", f.Job, err)
+	}
+	j.positions += int64(h.Tokens)
+	var out *stagenet.Frame
+	if !r.tail {
+		wire, err := engine.EncodeHidden(h, engine.F32)
+		if err != nil {
+			return err
+		}
+		payload := encodeVerify(drafts, wire)
+		out = &stagenet.Frame{Kind: stagenet.KindVerify, Job: f.Job, Step: f.Step, Pos: f.Pos, Payload: payload, Hash: sha256.Sum256(payload)}
+		j.floor = h.Pos + 1
+	} else {
+		lg, err := r.model.Head(h)
+		if err != nil {
+			return fmt.Errorf("ringmember: job %q: %w", f.Job, err)
+		}
+		ids, err := speculate.Accept(j.smp, lg, drafts)
+		if err != nil {
+			return fmt.Errorf("ringmember: job %q: %w", f.Job, err)
+		}
+		kept := h.Pos + len(ids)
+		if err := j.st.Truncate(kept); err != nil {
+			return err
+		}
+		out = tokensFrame(f.Job, f.Step, kept, ids)
+	}
+	if err := r.send(r.ctx, out); err != nil {
+		return err
+	}
+	j.out.addFrame(out)
+	return nil
+}
+
 // tokensFrame is a KindTokens frame with its hash set.
 func tokensFrame(job string, step uint32, pos int, ids []int32) *stagenet.Frame {
 	p := encodeTokens(ids)
@@ -1205,6 +1325,7 @@ func tokensFrame(job string, step uint32, pos int, ids []int32) *stagenet.Frame 
 // stageTruncate rolls the cache back and passes the truncation on; the
 // last stage answers the driver with an empty tokens frame.
 func (r *ring) stageTruncate(j *stageJob, f *stagenet.Frame) error {
+	j.floor = -1
 	n := int(f.Pos)
 	if n > j.st.Len() {
 		return badFrame("job %q: truncate to %d positions, the cache holds %d", f.Job, n, j.st.Len())
@@ -1228,8 +1349,8 @@ func (r *ring) stageTruncate(j *stageJob, f *stagenet.Frame) error {
 // stageClose adds this stage's signed receipt to the Close and passes it
 // on (the last stage, back to the driver).
 func (r *ring) stageClose(j *stageJob, f *stagenet.Frame) error {
-	if int(f.Pos) != j.st.Len() {
-		return badFrame("job %q: close at position %d, the cache holds %d", f.Job, f.Pos, j.st.Len())
+	if err := j.rewind(f); err != nil {
+		return err
 	}
 	rs, err := decodeClose(f.Payload, f.Job, &r.a.Plan, r.me.Stage-1)
 	if err != nil {

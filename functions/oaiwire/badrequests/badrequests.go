@@ -101,5 +101,38 @@ func generated() []Case {
 		{Name: "gen-body-far-over-max", Status: http.StatusRequestEntityTooLarge,
 			Body: []byte(`{"model":"tiny","messages":[{"role":"user","content":"` + strings.Repeat("a", oaiwire.MaxBody+1<<20) + `"}]}`)},
 		{Name: "gen-messages-too-many", Status: http.StatusBadRequest, Param: "messages", Body: many.Bytes()},
+		// A prediction one byte over its bound, in one string and across
+		// parts, and one part too many.
+		{Name: "gen-prediction-one-byte-over", Status: http.StatusBadRequest, Param: "prediction.content",
+			Body: withPrediction(strconv.Quote(strings.Repeat("p", oaiwire.MaxPredictionBytes+1)))},
+		{Name: "gen-prediction-parts-one-byte-over", Status: http.StatusBadRequest, Param: "prediction.content",
+			Body: withPrediction(textParts(oaiwire.MaxPredictionParts, oaiwire.MaxPredictionBytes+1))},
+		{Name: "gen-prediction-parts-too-many", Status: http.StatusBadRequest, Param: "prediction.content",
+			Body: withPrediction(textParts(oaiwire.MaxPredictionParts+1, oaiwire.MaxPredictionParts+1))},
 	}
+}
+
+// withPrediction is a valid request whose prediction content is the JSON
+// value content.
+func withPrediction(content string) []byte {
+	return []byte(`{"model":"tiny","messages":[{"role":"user","content":"hi"}],"prediction":{"type":"content","content":` + content + `}}`)
+}
+
+// textParts is a JSON array of n text parts holding size bytes of text
+// together (size >= n).
+func textParts(n, size int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		l := size / n
+		if i < size%n {
+			l++
+		}
+		b.WriteString(`{"type":"text","text":"` + strings.Repeat("p", l) + `"}`)
+	}
+	b.WriteByte(']')
+	return b.String()
 }

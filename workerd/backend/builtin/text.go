@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 	"github.com/c0mpute/c0mpute/workerd/backend"
@@ -55,6 +57,11 @@ func NewText(md gguf.Metadata, cfg engine.Config) (*Text, error) {
 // DefaultTemplate reports whether the metadata had no chat template, so
 // the ChatML fallback renders prompts (worth a line in the log).
 func (t *Text) DefaultTemplate() bool { return t.tmpl.IsDefault() }
+
+// Tokenize returns text's tokens as they would continue a reply: no BOS
+// or EOS added, special tokens' text taken as plain text (a request's
+// prediction, for drafting).
+func (t *Text) Tokenize(text string) []int32 { return t.tok.Encode(text, false, false) }
 
 // Context is the model's context length in positions: the prompt plus the
 // reply never exceed it.
@@ -151,6 +158,16 @@ type Stepper interface {
 	Next(ctx context.Context, tokens []int32) (int32, error)
 }
 
+// MultiStepper is a Stepper that may return several tokens a step (a ring
+// that verifies drafted tokens in one loop). NextN runs tokens as Next
+// does and returns the tokens that follow them, at least one and at most
+// limit, in order: every one but the last is in the model's cache
+// already, so the caller's next input is the last alone.
+type MultiStepper interface {
+	Stepper
+	NextN(ctx context.Context, tokens []int32, limit int) ([]int32, error)
+}
+
 // Generate runs the token loop for a prompt Request returned: it steps
 // until an end-of-generation token, a stop string, max_tokens or the
 // context's end, streams the decoded text through emit (stop strings
@@ -170,26 +187,42 @@ func (t *Text) Generate(ctx context.Context, step Stepper, prompt []int32, req *
 		}
 		return emit(oaiwire.Delta{Content: text})
 	}
+	multi, _ := step.(MultiStepper)
 	input := prompt
+	ids := make([]int32, 1)
+	var err error
+loop:
 	for res.Usage.CompletionTokens < limit {
-		id, err := step.Next(ctx, input)
+		if multi != nil {
+			ids, err = multi.NextN(ctx, input, int(min(limit-res.Usage.CompletionTokens, math.MaxInt32)))
+			if err == nil && len(ids) == 0 {
+				err = errors.New("builtin: a step returned no token")
+			}
+		} else {
+			ids[0], err = step.Next(ctx, input)
+		}
 		if err != nil {
 			return backend.Result{}, err
 		}
-		res.Usage.CompletionTokens++
-		if t.tok.IsEOG(id) {
-			res.FinishReason = "stop"
-			break
+		for _, id := range ids {
+			if res.Usage.CompletionTokens == limit {
+				break loop
+			}
+			res.Usage.CompletionTokens++
+			if t.tok.IsEOG(id) {
+				res.FinishReason = "stop"
+				break loop
+			}
+			out, stopped := stop.Add(dec.Add(id))
+			if err := send(out); err != nil {
+				return backend.Result{}, err
+			}
+			if stopped {
+				res.FinishReason = "stop"
+				break loop
+			}
 		}
-		out, stopped := stop.Add(dec.Add(id))
-		if err := send(out); err != nil {
-			return backend.Result{}, err
-		}
-		if stopped {
-			res.FinishReason = "stop"
-			break
-		}
-		input = []int32{id}
+		input = ids[len(ids)-1:]
 	}
 	if !stop.Stopped() {
 		out, stopped := stop.Add(dec.Flush())

@@ -1,0 +1,308 @@
+package ringmember
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/workerd/engine"
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+	"github.com/c0mpute/c0mpute/workerd/speculate"
+	"github.com/c0mpute/c0mpute/workerd/stagenet"
+)
+
+// maxPredictionTokens bounds the prediction tokens a job drafts from (the
+// gateway bounds the prediction's text).
+const maxPredictionTokens = 1 << 16
+
+// drafts is a driving ring's speculation: the drafter its model was given
+// (speculate.Choice) and the γ controller, which learns the ring's loop
+// time and keeps it across jobs.
+type drafts struct {
+	spec  speculate.Spec
+	model speculate.Prefetcher // ModeModel: the draft model, kept across jobs
+	ctl   *speculate.Controller
+	once  sync.Once
+}
+
+// newDrafts sets up the driver's drafter for its ring model. A draft
+// model that cannot be used (unreadable, another vocabulary) is logged
+// and replaced by lookup drafting: the ring serves either way.
+func (r *ring) newDrafts(vocab gguf.Metadata) *drafts {
+	d := &drafts{spec: r.s.o.draft.For(r.a.Model), ctl: speculate.NewController(speculate.MaxGamma)}
+	if d.spec.Mode != speculate.ModeModel {
+		return d
+	}
+	if err := d.openModel(vocab, r.a.Workers, r.log); err != nil {
+		r.log.Warn("ringmember: the draft model cannot be used; drafting by lookup", "path", d.spec.Path, "err", err)
+		d.spec = speculate.Spec{Mode: speculate.ModeLookup}
+	}
+	return d
+}
+
+func (d *drafts) openModel(vocab gguf.Metadata, workers int, log *slog.Logger) error {
+	p, err := speculate.OpenModel(d.spec.Path, &gguf.File{Metadata: vocab}, workers, log)
+	if err != nil {
+		return err
+	}
+	d.model = p
+	return nil
+}
+
+// close frees the draft model, once no job can use it: it takes the ring
+// for good (the ring is stopped, so no job starts after it).
+func (r *ring) closeDrafts() {
+	d := r.drafts
+	if d == nil {
+		return
+	}
+	d.once.Do(func() {
+		r.busy <- struct{}{}
+		if d.model != nil {
+			_ = d.model.Close()
+		}
+	})
+}
+
+// forJob returns the drafter of one job, or nil for none: the request's
+// prediction first (OpenAI's Predicted Outputs), then the model's
+// drafter; none when the request turned speculation off.
+func (d *drafts) forJob(off bool, prediction []int32) speculate.Drafter {
+	if d == nil || off {
+		return nil
+	}
+	var base speculate.Drafter
+	switch d.spec.Mode {
+	case speculate.ModeModel:
+		base = d.model
+	case speculate.ModeNone:
+	default:
+		base = speculate.NewLookup(nil)
+	}
+	if len(prediction) == 0 {
+		return base
+	}
+	return &chained{first: speculate.NewLookup(prediction), then: base}
+}
+
+// chained drafts from first, and from then when first proposes nothing.
+type chained struct {
+	first, then speculate.Drafter
+}
+
+func (c *chained) Draft(ctx context.Context, history []int32, n int) ([]int32, error) {
+	out, err := c.first.Draft(ctx, history, n)
+	if err != nil || len(out) > 0 || c.then == nil {
+		return out, err
+	}
+	return c.then.Draft(ctx, history, n)
+}
+
+// predictionTokens tokenizes a request's prediction, bounded.
+func (r *ring) predictionTokens(req *oaiwire.ChatRequest) []int32 {
+	if req.Prediction == nil {
+		return nil
+	}
+	text := req.Prediction.Content.String()
+	if text == "" {
+		return nil
+	}
+	toks := r.text.Tokenize(text)
+	return toks[:min(len(toks), maxPredictionTokens)]
+}
+
+// speculation is what a driver job keeps to speculate: its drafter, the
+// sequence so far (the prompt, then every token the ring returned; the
+// last is the token the next step feeds), and its counts.
+type speculation struct {
+	drafter  speculate.Drafter
+	ctl      *speculate.Controller
+	stats    *speculate.Stats
+	history  []int32
+	accepted int64
+	rejected int64
+}
+
+// details are the job's completion_tokens_details: drafted tokens
+// accepted (at most the reply's tokens) and rejected.
+func (s *speculation) details(completion int64) *oaiwire.CompletionTokensDetails {
+	return &oaiwire.CompletionTokensDetails{AcceptedPredictionTokens: min(s.accepted, completion), RejectedPredictionTokens: s.rejected}
+}
+
+// NextN is builtin.MultiStepper's step: the prompt as Next runs it; after
+// it, one loop around the ring that feeds the token returned last and,
+// when the drafter proposes any, the drafts after it, which the last
+// stage accepts or rejects (stageVerify). It returns the accepted drafts
+// and the token that follows them: at most limit tokens.
+func (d *driverJob) NextN(ctx context.Context, tokens []int32, limit int) ([]int32, error) {
+	s := d.spec
+	decoding := d.st.Len() >= d.open.Prompt && len(tokens) == 1
+	gamma := 0
+	if decoding && s.drafter != nil {
+		gamma = min(s.ctl.Gamma(), limit-1, d.r.ctxTokens-d.st.Len()-1, speculate.MaxGamma)
+	}
+	var proposed []int32
+	var drafting time.Duration
+	if gamma > 0 {
+		start := time.Now()
+		var err error
+		proposed, err = s.drafter.Draft(ctx, s.history, gamma)
+		drafting = time.Since(start)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("ringmember: job %q: drafting: %w", d.open.Job, context.Cause(ctx))
+			}
+			// A drafter's failure costs the speculation of one step,
+			// never the job.
+			d.r.log.Warn("ringmember: drafting failed; this step runs undrafted", "job", d.open.Job, "err", err)
+			proposed = nil
+		}
+		proposed = proposed[:min(len(proposed), gamma)]
+		s.ctl.ObserveDraft(len(proposed), drafting)
+	}
+	start := time.Now()
+	var ids []int32
+	if len(proposed) == 0 {
+		id, err := d.Next(ctx, tokens)
+		if err != nil {
+			return nil, err
+		}
+		ids = []int32{id}
+	} else {
+		var err error
+		if ids, err = d.verify(ctx, tokens[0], proposed); err != nil {
+			return nil, err
+		}
+		d.tokens += int64(len(ids))
+	}
+	if decoding && s.drafter != nil {
+		loop := time.Since(start)
+		accepted := len(ids) - 1
+		s.ctl.Observe(len(proposed), accepted, loop)
+		s.stats.Observe(len(proposed), accepted, loop, drafting)
+		s.accepted += int64(accepted)
+		s.rejected += int64(len(proposed) - accepted)
+	}
+	if !decoding {
+		// The prompt (or the part the caller fed): the history holds it.
+		s.history = append(s.history, tokens...)
+	}
+	// The history ends with the token the next step feeds.
+	s.history = append(s.history, ids...)
+	return ids, nil
+}
+
+// verify runs one verify step: pending (the token returned last, not yet
+// in the caches) and the drafts after it, through every stage in one
+// loop. The last stage answers with the drafts it accepted and the token
+// after them, at the accepted length, to which the driver rolls its own
+// cache back; the other stages roll back on the next frame (rewind).
+func (d *driverJob) verify(ctx context.Context, pending int32, drafted []int32) ([]int32, error) {
+	r := d.r
+	pos := d.st.Len()
+	rows := append([]int32{pending}, drafted...)
+	if pos+len(rows) > r.ctxTokens {
+		return nil, fmt.Errorf("ringmember: job %q: positions up to %d, past the plan's context of %d", d.open.Job, pos+len(rows), r.ctxTokens)
+	}
+	h, err := r.model.Embed(rows, pos)
+	if err != nil {
+		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+	}
+	if err := d.st.Forward(ctx, h); err != nil {
+		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+	}
+	d.step++
+	d.in.add(stagenet.KindTokens, d.step, uint32(pos), sha256.Sum256(encodeTokens(rows)))
+	d.positions += int64(len(rows))
+	if r.stages == 1 {
+		lg, err := r.model.Head(h)
+		if err != nil {
+			d.broken = true
+			return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+		}
+		ids, err := speculate.Accept(d.smp, lg, drafted)
+		if err != nil {
+			d.broken = true
+			return nil, err
+		}
+		if err := d.st.Truncate(pos + len(ids)); err != nil {
+			d.broken = true
+			return nil, err
+		}
+		f := tokensFrame(d.open.Job, d.step, pos+len(ids), ids)
+		d.out.addFrame(f)
+		d.recv.addFrame(f)
+		return ids, nil
+	}
+	wire, err := engine.EncodeHidden(h, engine.F32)
+	if err != nil {
+		d.broken = true
+		return nil, err
+	}
+	payload := encodeVerify(drafted, wire)
+	f := &stagenet.Frame{Kind: stagenet.KindVerify, Job: d.open.Job, Step: d.step, Pos: uint32(pos), Payload: payload, Hash: sha256.Sum256(payload)}
+	if err := r.send(r.ctx, f); err != nil {
+		d.broken = true
+		return nil, err
+	}
+	d.out.addFrame(f)
+	d.pending, d.pendingVerify = true, &pendingVerify{pos: pos, drafts: drafted}
+	if p, ok := d.spec.drafter.(speculate.Prefetcher); ok {
+		// Draft the next window while the ring verifies this one, as if
+		// every draft is accepted (the likely case when drafts are good).
+		p.Prefetch(append(d.spec.history[:len(d.spec.history):len(d.spec.history)], drafted...), len(drafted)+1)
+	}
+	return d.answerVerify(ctx)
+}
+
+// pendingVerify is a verify step in flight: its first position and its
+// drafts.
+type pendingVerify struct {
+	pos    int
+	drafts []int32
+}
+
+// answerVerify waits for the last stage's answer to the verify step in
+// flight and checks it: one to len(drafts)+1 tokens, every one but the
+// last the draft at its place, at the position the accepted rows end;
+// then the driver's cache keeps those rows only.
+func (d *driverJob) answerVerify(ctx context.Context) ([]int32, error) {
+	v := d.pendingVerify
+	ans, err := d.awaitAt(ctx, stagenet.KindTokens, -1)
+	if err != nil {
+		if !errors.Is(err, errInterrupted) {
+			d.broken = true
+		}
+		return nil, err
+	}
+	ids, err := decodeTokens(ans.Payload, len(v.drafts)+1, d.r.cfg.Vocab)
+	switch {
+	case err != nil:
+	case len(ids) == 0:
+		err = badFrame("job %q: a verify step answered with no token", d.open.Job)
+	case int(ans.Pos) != v.pos+len(ids):
+		err = badFrame("job %q: a verify step's %d tokens answered at position %d, want %d", d.open.Job, len(ids), ans.Pos, v.pos+len(ids))
+	default:
+		for i, id := range ids[:len(ids)-1] {
+			if id != v.drafts[i] {
+				err = badFrame("job %q: a verify step's answer accepts token %d, which is not the draft", d.open.Job, i)
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = d.st.Truncate(v.pos + len(ids))
+	}
+	if err != nil {
+		d.broken = true
+		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+	}
+	d.recv.addFrame(&ans)
+	d.pending, d.pendingVerify = false, nil
+	return ids, nil
+}
