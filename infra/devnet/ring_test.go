@@ -77,14 +77,15 @@ type ringMember struct {
 // startMember runs a ring member as its own process, configured as a
 // contributor configures it (environment variables), with a fresh
 // identity and a worker token of its own contributor account.
-func (e *env) startMember(t testing.TB, bin string, i int) *ringMember {
+func (e *env) startMember(t testing.TB, bin string, i int, settings ...string) *ringMember {
 	t.Helper()
-	return e.startMemberAt(t, bin, i, "127.0.0.1:0", "")
+	return e.startMemberAt(t, bin, i, "127.0.0.1:0", "", settings...)
 }
 
 // startMemberAt is startMember with the stage listener on listen, told to
-// peers as advertise ("" for listen's own address).
-func (e *env) startMemberAt(t testing.TB, bin string, i int, listen, advertise string) *ringMember {
+// peers as advertise ("" for listen's own address); settings are more
+// NAME=value environment settings.
+func (e *env) startMemberAt(t testing.TB, bin string, i int, listen, advertise string, settings ...string) *ringMember {
 	t.Helper()
 	ctx := context.Background()
 	account := fmt.Sprintf("%s-member-%d", e.account, i)
@@ -95,12 +96,12 @@ func (e *env) startMemberAt(t testing.TB, bin string, i int, listen, advertise s
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := e.runWorkerd(t, bin, token, fmt.Sprintf("ring member %d", i),
-		config.EnvBackend+"=builtin",
-		config.EnvShard+"=1",
-		config.EnvShardMemory+"=1Gi",
-		config.EnvShardListen+"="+listen,
-		config.EnvShardAdvertise+"="+advertise)
+	p := e.runWorkerd(t, bin, token, fmt.Sprintf("ring member %d", i), append([]string{
+		config.EnvBackend + "=builtin",
+		config.EnvShard + "=1",
+		config.EnvShardMemory + "=1Gi",
+		config.EnvShardListen + "=" + listen,
+		config.EnvShardAdvertise + "=" + advertise}, settings...)...)
 	return &ringMember{workerdProcess: p, account: account}
 }
 
