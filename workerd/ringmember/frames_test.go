@@ -730,6 +730,7 @@ func FuzzPeerPayloads(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0})
 	f.Add([]byte(`{"job":"j","prompt":0}`))
+	f.Add(encodeVerify([]int32{3, 99}, []byte("C0HS")))
 	plan := &shard.Plan{Stages: 3, Members: nil}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if o, err := decodeOpen(&stagenet.Frame{Kind: stagenet.KindOpen, Job: "j", Payload: b}); err == nil {
@@ -749,6 +750,16 @@ func FuzzPeerPayloads(f *testing.F) {
 		}
 		if rs, err := decodeClose(b, "j", plan, 0); err == nil && len(rs) != 0 {
 			t.Fatalf("%d receipts", len(rs))
+		}
+		if drafts, wire, err := decodeVerify(b, 100); err == nil {
+			if len(drafts) == 0 || len(drafts) > speculate.MaxGamma || 4+4*len(drafts)+len(wire) != len(b) {
+				t.Fatalf("verify: %d drafts and %d bytes of states from %d bytes", len(drafts), len(wire), len(b))
+			}
+			for _, id := range drafts {
+				if id < 0 || id >= 100 {
+					t.Fatalf("draft id %d", id)
+				}
+			}
 		}
 	})
 }
