@@ -97,6 +97,28 @@
 // receipt to the Close's JSON array and passes it on, the last stage
 // back to the driver, which adds its own and returns relaymsg.RingDone.
 //
+// # Speculative decoding
+//
+// After the prompt, a driver with a drafter (speculation.go: the
+// model's --draft choice, the request's prediction first; none when the
+// job says NoSpeculation) may send, instead of one token's KindHidden, a
+// KindVerify frame: the drafts' ids (1 to speculate.MaxGamma) and the
+// hidden states of the last token and every draft, at the cache's length.
+// Each stage runs every row and passes the drafts on with its states;
+// the last stage applies the head to every row and accepts drafts with
+// the job's sampler (speculate.Accept), truncates its cache to the rows
+// accepted and answers a KindTokens frame with the accepted drafts and
+// the token after them, at the accepted length. The driver checks that
+// every accepted token is its draft and the position fits, and truncates
+// its own cache. The other stages keep every row until the next data
+// frame, whose position — at least the verify's first row plus one, at
+// most the cache's length — says how many stay (stageJob.rewind); any
+// other frame's position must be the cache's length. The chains take
+// verify frames like any other, and a receipt counts every row a stage
+// ran, rejected drafts included. γ, the drafts per loop, comes from a
+// speculate.Controller the ring keeps across jobs; the loops are counted
+// in Server.SpecStats.
+//
 // Every frame is checked: the job id is the open job's, Step strictly
 // increases, a hidden frame's Pos is the stage's cache length, payloads
 // are within bounds (hidden states: hidden size × 4 × MaxChunk plus the
