@@ -103,6 +103,20 @@ func (c *chained) Draft(ctx context.Context, history []int32, n int) ([]int32, e
 	return c.then.Draft(ctx, history, n)
 }
 
+// Prefetch drafts ahead with then, when it can (first is a lookup, which
+// needs no head start).
+func (c *chained) Prefetch(history []int32, n int) {
+	if p, ok := c.then.(prefetcher); ok {
+		p.Prefetch(history, n)
+	}
+}
+
+// prefetcher is a drafter that can draft ahead (speculate.Prefetcher
+// without its Close, which the ring's owner calls).
+type prefetcher interface {
+	Prefetch(history []int32, n int)
+}
+
 // predictionTokens tokenizes a request's prediction, bounded.
 func (r *ring) predictionTokens(req *oaiwire.ChatRequest) []int32 {
 	if req.Prediction == nil {
@@ -145,6 +159,14 @@ func (d *driverJob) NextN(ctx context.Context, tokens []int32, limit int) ([]int
 	gamma := 0
 	if decoding && s.drafter != nil {
 		gamma = min(s.ctl.Gamma(), limit-1, d.r.ctxTokens-d.st.Len()-1, speculate.MaxGamma)
+	}
+	if !decoding && s.drafter != nil && d.st.Len()+len(tokens) >= d.open.Prompt {
+		if p, ok := s.drafter.(prefetcher); ok {
+			// Draft after the prompt while the ring runs it: the first
+			// window's drafts are ready, or at least the prompt is in the
+			// draft model's cache, when the first token comes back.
+			p.Prefetch(append(s.history[:len(s.history):len(s.history)], tokens...), s.ctl.Gamma()+1)
+		}
 	}
 	var proposed []int32
 	var drafting time.Duration
@@ -252,7 +274,7 @@ func (d *driverJob) verify(ctx context.Context, pending int32, drafted []int32) 
 	}
 	d.out.addFrame(f)
 	d.pending, d.pendingVerify = true, &pendingVerify{pos: pos, drafts: drafted}
-	if p, ok := d.spec.drafter.(speculate.Prefetcher); ok {
+	if p, ok := d.spec.drafter.(prefetcher); ok {
 		// Draft the next window while the ring verifies this one, as if
 		// every draft is accepted (the likely case when drafts are good).
 		p.Prefetch(append(d.spec.history[:len(d.spec.history):len(d.spec.history)], drafted...), len(drafted)+1)

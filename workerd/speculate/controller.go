@@ -207,16 +207,29 @@ func (c *Controller) best() int {
 
 // BestGamma is the γ in [0, maxGamma] that maximises the expected tokens
 // per second E(α, γ)/T(γ), T(γ) = a + b·(γ+1) + c·γ (any time unit), the
-// smaller γ on a tie. It is the Controller's rule, exported for the
-// benchmarks that compare a ring's rate with its bound.
+// smaller γ on a tie. Negative or NaN costs count as 0; when all are 0,
+// loops are taken as alike and only E counts. It is the Controller's
+// rule, exported for the benchmarks that compare a ring's rate with its
+// bound.
 func BestGamma(alpha, a, b, c float64, maxGamma int) int {
+	nonneg := func(x float64) float64 {
+		if x > 0 {
+			return x
+		}
+		return 0
+	}
+	a, b, c = nonneg(a), nonneg(b), nonneg(c)
+	if a+b+c == 0 {
+		a = 1
+	}
 	best, bestRate := 0, math.Inf(-1)
 	for g := 0; g <= maxGamma; g++ {
 		t := a + b*float64(g+1) + c*float64(g)
-		if !(t > 0) {
-			t = math.SmallestNonzeroFloat64
+		r := math.Inf(1) // t = 0: a free loop (a = b = 0, γ = 0)
+		if t > 0 {
+			r = ExpectedTokens(alpha, g) / t
 		}
-		if r := ExpectedTokens(alpha, g) / t; r > bestRate {
+		if r > bestRate {
 			best, bestRate = g, r
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/c0mpute/c0mpute/workerd/engine"
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+	"github.com/c0mpute/c0mpute/workerd/engine/tokenizer"
 )
 
 // maxChunk is the most positions one Forward of a history runs: it
@@ -120,20 +121,17 @@ func OpenModel(path string, target *gguf.File, workers int, log *slog.Logger) (P
 		if err != nil {
 			return nil, err
 		}
-		toks, _ := f.Metadata.Strings(keyTokens)
+		toks, _ := f.Metadata.Strings(tokenizer.KeyTokens)
 		d.vocab = min(d.vocab, len(toks))
 		return d, nil
 	}()
 	if err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("speculate: draft model %s: %w", path, err)
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
 	}
 	d.close = f.Close
 	return d, nil
 }
-
-// keyTokens is the GGUF metadata key of a vocabulary's token strings.
-const keyTokens = "tokenizer.ggml.tokens"
 
 // SameVocabulary reports whether two model files have the same vocabulary
 // (tokenizer.ggml.tokens, token for token), as a draft model and the ring
@@ -143,13 +141,13 @@ func SameVocabulary(target, draft *gguf.File) error {
 	if target == nil || draft == nil {
 		return errors.New("speculate: vocabulary check: missing file")
 	}
-	a, ok := target.Metadata.Strings(keyTokens)
+	a, ok := target.Metadata.Strings(tokenizer.KeyTokens)
 	if !ok || len(a) == 0 {
-		return fmt.Errorf("speculate: the ring model's file has no %s: its vocabulary cannot be compared", keyTokens)
+		return fmt.Errorf("speculate: the ring model's file has no %s: its vocabulary cannot be compared", tokenizer.KeyTokens)
 	}
-	b, ok := draft.Metadata.Strings(keyTokens)
+	b, ok := draft.Metadata.Strings(tokenizer.KeyTokens)
 	if !ok || len(b) == 0 {
-		return fmt.Errorf("speculate: the draft model has no %s: use a GGUF model with a tokenizer, of the ring model's family", keyTokens)
+		return fmt.Errorf("speculate: the draft model has no %s: use a GGUF model with a tokenizer, of the ring model's family", tokenizer.KeyTokens)
 	}
 	for i := range min(len(a), len(b)) {
 		if a[i] != b[i] {
