@@ -57,6 +57,17 @@ type Options struct {
 	// ChatTemplate, when set, is written as tokenizer.chat_template with
 	// the SentencePiece vocabulary (a BPE vocabulary carries its own).
 	ChatTemplate string
+	// Perturb, when positive, adds uniform noise of this scale (relative
+	// to each weight's own scale) to the output matrix, from a second PRNG
+	// seeded by PerturbSeed, after the weights are drawn: the same Seed
+	// with a Perturb is the same model with a noisier head, a draft model
+	// whose greedy choices agree with the unperturbed target's at a rate
+	// that falls as Perturb grows. The noise of each weight is uniform in
+	// ±Perturb × the bound the output matrix was drawn within; rows that
+	// are zero (tokens greedy decoding never picks) stay zero, so the
+	// draft emits the same kind of tokens as its target.
+	Perturb     float64
+	PerturbSeed int64
 }
 
 // DefaultWords are the word pieces of the default vocabulary.
@@ -115,6 +126,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("testmodel: %d heads are not a multiple of %d KV heads", o.Heads, o.KVHeads)
 	case o.Arch != "llama" && o.Arch != "qwen2":
 		return o, fmt.Errorf("testmodel: architecture %q (llama or qwen2)", o.Arch)
+	case !(o.Perturb >= 0) || math.IsInf(o.Perturb, 0): // NaN fails the comparison
+		return o, fmt.Errorf("testmodel: perturb %v must be a finite scale >= 0 (0 for no noise)", o.Perturb)
 	}
 	if err := checkType(o.Type, o.Embedding, o.FeedForward); err != nil {
 		return o, err
@@ -226,8 +239,9 @@ func Write(w io.Writer, o Options) error {
 		}
 		return v
 	}
-	linear := func(name string, in, out int) tensor { // unit-variance preserving
-		return tensor{name, []uint64{uint64(in), uint64(out)}, weightType(o.Type, name), uniform(in*out, math.Sqrt(3/float64(in)))}
+	bound := func(in int) float64 { return math.Sqrt(3 / float64(in)) } // unit-variance preserving
+	linear := func(name string, in, out int) tensor {
+		return tensor{name, []uint64{uint64(in), uint64(out)}, weightType(o.Type, name), uniform(in*out, bound(in))}
 	}
 	ts := []tensor{{"token_embd.weight", []uint64{uint64(ne), uint64(nv)}, o.Type, uniform(ne*nv, 1)}}
 	for l := 0; l < o.Layers; l++ {
@@ -253,9 +267,20 @@ func Write(w io.Writer, o Options) error {
 	}
 	// Logits with a standard deviation of about 6 keep greedy choices far
 	// apart, so every engine picks the same token despite rounding.
+	const headGain = 6
 	out := linear("output.weight", ne, nv)
 	for i := range out.data {
-		out.data[i] *= 6
+		out.data[i] *= headGain
+	}
+	if o.Perturb > 0 {
+		// A stream of its own, so the weights above are drawn exactly as
+		// without Perturb; the constant keeps a PerturbSeed equal to Seed
+		// from replaying the weights' stream as noise.
+		noise := splitmix(uint64(o.PerturbSeed) ^ 0x5eed_d4af_7c0f_fee1)
+		scale := o.Perturb * headGain * bound(ne)
+		for i := range out.data {
+			out.data[i] += float32((noise.float()*2 - 1) * scale)
+		}
 	}
 	for id, typ := range types {
 		if custom && !bpe.keep[id] || !custom && (typ != tokNormal || len([]rune(toks[id])) == 1) { // control, byte, ▁ and letters

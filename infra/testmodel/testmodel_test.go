@@ -282,6 +282,9 @@ func TestBadOptions(t *testing.T) {
 		{Arch: "gpt2"},              // not llama-family
 		{Embedding: -64, Heads: -4}, // negative
 		{FeedForward: -1},           // negative
+		{Perturb: -0.1},             // negative noise
+		{Perturb: math.NaN()},       // not a number
+		{Perturb: math.Inf(1)},      // unbounded
 	} {
 		if _, err := Bytes(o); err == nil {
 			t.Errorf("%+v: no error", o)
@@ -340,5 +343,92 @@ func TestQuantizedTypes(t *testing.T) {
 		if got := encodedSize(c.typ, 256); got != uint64(c.rowBytes) {
 			t.Errorf("%d: row of 256 is %d bytes, want %d", c.typ, got, c.rowBytes)
 		}
+	}
+}
+
+// TestPerturb: a Perturb leaves every weight but the output matrix's
+// byte-identical (the base stream is drawn as before), adds noise within
+// ±Perturb × the matrix's own bound to its nonzero rows only, and is
+// deterministic in PerturbSeed; Perturb 0 is today's file whatever the
+// PerturbSeed.
+func TestPerturb(t *testing.T) {
+	base := Options{Seed: 9, Layers: 3, KVHeads: 2, ChatTemplate: "{{ x }}"}
+	with := func(p float64, seed int64) Options { o := base; o.Perturb, o.PerturbSeed = p, seed; return o }
+	plain, err := Bytes(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zero, _ := Bytes(with(0, 42)); !bytes.Equal(zero, plain) {
+		t.Fatal("Perturb 0 with a PerturbSeed changed the file")
+	}
+	// And the pinned seed-1 file, as written before Perturb existed.
+	seed1, err := Bytes(Options{Seed: 1, PerturbSeed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(seed1)
+	pinned, err := os.ReadFile("testdata/seed1.sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%s  %d bytes\n", hex.EncodeToString(sum[:]), len(seed1)); got != string(pinned) {
+		t.Errorf("seed 1 with PerturbSeed and no Perturb is %s, the pinned file %s", got, pinned)
+	}
+	for _, tc := range []struct {
+		name    string
+		perturb float64
+		seed    int64
+	}{{"small", 0.01, 1}, {"large", 2, 1}, {"seed equal to Seed", 0.5, 9}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Bytes(with(tc.perturb, tc.seed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := Bytes(with(tc.perturb, tc.seed)); !bytes.Equal(again, b) {
+				t.Error("two writes with the same Perturb and PerturbSeed differ")
+			}
+			if other, _ := Bytes(with(tc.perturb, tc.seed+1)); bytes.Equal(other, b) || len(other) != len(b) {
+				t.Error("another PerturbSeed gave the same bytes, or another size")
+			}
+			if len(b) != len(plain) {
+				t.Fatalf("%d bytes, the unperturbed file %d", len(b), len(plain))
+			}
+			g, err := parse(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, _ := parse(plain)
+			if g.dataOff != p.dataOff || !bytes.Equal(g.raw[:g.dataOff], p.raw[:p.dataOff]) {
+				t.Error("the header (metadata and tensor table) changed")
+			}
+			o, _ := base.withDefaults()
+			bound := tc.perturb * 6 * math.Sqrt(3/float64(o.Embedding))
+			for i, ti := range g.tensors {
+				got, want := g.floats(ti), p.floats(p.tensors[i])
+				if ti.name != "output.weight" {
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Errorf("%s changed", ti.name)
+					}
+					continue
+				}
+				changed := 0
+				for j := range got {
+					d := math.Abs(float64(got[j]) - float64(want[j]))
+					if want[j] == 0 && got[j] != 0 {
+						t.Fatalf("output weight %d (row %d) is zero in the target, %v in the draft", j, j/o.Embedding, got[j])
+					}
+					if d > bound*(1+1e-6) {
+						t.Fatalf("output weight %d moved by %v, more than the bound %v", j, d, bound)
+					}
+					if d > 0 {
+						changed++
+					}
+				}
+				// Every weight of the word rows gets noise.
+				if words := len(o.Words) * o.Embedding; changed != words {
+					t.Errorf("%d output weights changed, want the %d of the word rows", changed, words)
+				}
+			}
+		})
 	}
 }
