@@ -404,17 +404,6 @@ func scrapeSpec(t testing.TB, addr string) specStats {
 	return st
 }
 
-// expectedTokens is E(α, γ) = (1 − α^(γ+1)) / (1 − α): the tokens a loop
-// verifying γ drafts yields on average when each draft is accepted with
-// probability α (until the first rejection), the loop's own token
-// included.
-func expectedTokens(alpha float64, gamma int) float64 {
-	if alpha >= 1 {
-		return float64(gamma + 1)
-	}
-	return (1 - math.Pow(alpha, float64(gamma+1))) / (1 - alpha)
-}
-
 // wordDiff counts the positions at which two replies' words differ (one
 // reply running past the other's end included). The benchmark model's
 // replies are word pieces only (newDraftCalibration checks the target's),
@@ -575,7 +564,7 @@ func BenchmarkRingSpeculation(b *testing.B) {
 			measured := spec.accepted / max(spec.accepted+spec.rejections, 1)
 			var bound float64
 			for g, n := range spec.byGamma {
-				bound += n * expectedTokens(measured, g)
+				bound += n * speculate.ExpectedTokens(measured, g)
 			}
 			bound /= spec.loopSeconds
 			b.ReportMetric(measured, "alpha-measured")
