@@ -52,6 +52,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return oaiwire.ModelNotFound(req.Model)
 	}
 	rm.setModel(model.ID)
+	if model.Ring == nil {
+		// Only a ring drafts from a prediction: other workers never see it
+		// (an upstream server could refuse it, or bill it), and it takes
+		// no room in the job message.
+		req.Prediction = nil
+	}
 	if model.Image != nil {
 		return oaiwire.InvalidRequest("model", model.ID+" is an image model: use POST /v1/images/generations. The request was not charged.")
 	}

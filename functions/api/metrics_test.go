@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -60,7 +61,12 @@ type scripted struct{}
 
 func (scripted) Name() string                             { return "scripted" }
 func (scripted) Models(context.Context) ([]string, error) { return []string{"scripted"}, nil }
-func (scripted) Chat(_ context.Context, _ string, _ *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (backend.Result, error) {
+func (scripted) Chat(_ context.Context, _ string, req *oaiwire.ChatRequest, emit func(oaiwire.Delta) error) (backend.Result, error) {
+	if req.Prediction != nil {
+		// Only a ring drafts from a prediction: the gateway sends it to
+		// no other worker.
+		return backend.Result{}, errors.New("scripted: a prediction reached a whole model's worker")
+	}
 	for _, part := range []string{"Hello there, ", "the word is " + completionMarker + "."} {
 		if err := emit(oaiwire.Delta{Content: part}); err != nil {
 			return backend.Result{}, err

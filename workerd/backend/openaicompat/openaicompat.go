@@ -158,6 +158,9 @@ func (b *Backend) body(model string, req *oaiwire.ChatRequest) *oaiwire.ChatRequ
 	r.Model = model
 	r.Stream = true
 	r.StreamOptions = &oaiwire.StreamOptions{IncludeUsage: true}
+	// A prediction is for ring models' drafting (the gateway sends none
+	// to other workers): never passed on to a server that might bill it.
+	r.Prediction = nil
 	r.MaxTokens, r.MaxCompletionTokens = nil, nil
 	if n := req.Limit(); n > 0 {
 		r.MaxTokens = &n
