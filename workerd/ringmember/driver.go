@@ -88,7 +88,7 @@ func (s *Server) Chat(ctx context.Context, job Job, req *oaiwire.ChatRequest, em
 	if err != nil {
 		return backend.Result{}, nil, err
 	}
-	d.spec = &speculation{drafter: r.drafts.forJob(job.Ring.NoSpeculation, r.predictionTokens(req)), ctl: r.drafts.ctl, stats: &s.spec}
+	d.spec = r.newSpeculation(job.Ring.NoSpeculation, req)
 	// The ring goes to the next job however this one ends.
 	defer d.release()
 	defer func() {

@@ -16,6 +16,7 @@ import (
 	"github.com/c0mpute/c0mpute/workerd/backend"
 	"github.com/c0mpute/c0mpute/workerd/backend/backendtest"
 	"github.com/c0mpute/c0mpute/workerd/backend/builtin"
+	"github.com/c0mpute/c0mpute/workerd/engine"
 	"github.com/c0mpute/c0mpute/workerd/stagenet"
 )
 
@@ -201,4 +202,94 @@ func TestPlanContext(t *testing.T) {
 		h.send(t, &stagenet.Frame{Kind: stagenet.KindOpen, Job: o.Job, Payload: b})
 		h.expect(t, stagenet.KindError, o.Job)
 	})
+}
+
+// TestCutShortWhileVerifying: a job whose context ends while a verify
+// step's answer is awaited still closes: the driver takes the answer, rolls
+// its cache back to the rows accepted, and closes at that length; the
+// account covers every row run and settles.
+func TestCutShortWhileVerifying(t *testing.T) {
+	m := loadModel(t, "llama-q8_0", modelOptions("llama", testmodel.Q8_0))
+	h := newPeerHarness(t, m, 2, 0) // the test plays stage 1, the last
+	job, at := h.tr.ringJob(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const prediction = "the cat sat on the mat and the dog ran to the big red house"
+	predicted := h.srv.current().text.Tokenize(prediction)
+	req := greedy(prompts[0], 8, false)
+	req.Prediction = &oaiwire.Prediction{Type: "content", Content: oaiwire.Content{Text: prediction}}
+	type outcome struct {
+		res  backend.Result
+		done *relaymsg.RingDone
+		err  error
+	}
+	out := make(chan outcome, 1)
+	go func() {
+		res, done, err := h.srv.Chat(ctx, job, req, func(oaiwire.Delta) error { return nil })
+		out <- outcome{res, done, err}
+	}()
+	of := h.expect(t, stagenet.KindOpen, job.ID)
+	o, err := decodeOpen(&of)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the last stage: the prompt step answered with the prediction's
+	// first token, so the driver drafts the prediction's next ones.
+	tail := account{open: o}
+	hf := h.expect(t, stagenet.KindHidden, job.ID)
+	tail.in.addFrame(&hf)
+	tail.positions += int64(o.Prompt)
+	first := tokensFrame(job.ID, hf.Step, o.Prompt, predicted[:1])
+	h.send(t, first)
+	tail.out.addFrame(first)
+	vf := h.expect(t, stagenet.KindVerify, job.ID)
+	drafts, wire, err := decodeVerify(vf.Payload, h.whole.Config().Vocab)
+	if err != nil || len(drafts) < 2 {
+		t.Fatalf("verify with drafts %v: %v", drafts, err)
+	}
+	hs, err := engine.DecodeHidden(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail.in.addFrame(&vf)
+	tail.positions += int64(hs.Tokens)
+	cancel()
+	waitFor(t, "the driver to close the job", func() bool {
+		r := h.srv.current()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.job != nil && r.job.closing.Load()
+	})
+	// One draft accepted, then a token of the stage's own.
+	kept := int(vf.Pos) + 2
+	ans := tokensFrame(job.ID, vf.Step, kept, []int32{drafts[0], drafts[1] ^ 1})
+	h.send(t, ans)
+	tail.out.addFrame(ans)
+	cf := h.expect(t, stagenet.KindClose, job.ID)
+	if cf.Step != vf.Step+1 || int(cf.Pos) != kept {
+		t.Fatalf("close at step %d position %d, want step %d position %d (the rows accepted)", cf.Step, cf.Pos, vf.Step+1, kept)
+	}
+	p1, _ := h.tr.plan.Primary(1)
+	rc, err := tail.receipt(h.keys[1], h.tr.hash, h.tr.plan.Model, p1, time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := encodeClose([]shard.Receipt{rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.send(t, &stagenet.Frame{Kind: stagenet.KindClose, Job: job.ID, Step: cf.Step, Pos: cf.Pos, Payload: payload})
+	var got outcome
+	select {
+	case got = <-out:
+	case <-time.After(waitLimit):
+		t.Fatal("the chat did not end")
+	}
+	if !errors.Is(got.err, context.Canceled) || got.done == nil {
+		t.Fatalf("chat cut short while verifying: %v, account %v", got.err, got.done)
+	}
+	if want := int64(o.Prompt + hs.Tokens); got.done.TokenEnd != want {
+		t.Errorf("the account covers %d positions, the ring ran %d", got.done.TokenEnd, want)
+	}
+	h.tr.settle(t, chatResult{done: got.done, job: job, at: at})
 }

@@ -539,14 +539,14 @@ func TestDriverRefusesBadVerifyAnswers(t *testing.T) {
 		}, "which is not the draft"},
 		{"an answer at another length", func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame {
 			return answer(job, v.Step, int(v.Pos)+2, []int32{5})
-		}, "want"},
+		}, "tokens answered at position"},
 		{"no token", func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame {
 			return answer(job, v.Step, int(v.Pos), nil)
 		}, "no token"},
 		{"more tokens than rows", func(job string, v stagenet.Frame, drafts []int32) *stagenet.Frame {
 			ids := append(append([]int32{}, drafts...), 5, 6)
 			return answer(job, v.Step, int(v.Pos)+len(ids), ids)
-		}, "expected"},
+		}, "ids, at most"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

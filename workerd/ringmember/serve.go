@@ -375,6 +375,7 @@ func (s *Server) Serve(a *Assignment) error {
 	if s.closed {
 		s.mu.Unlock()
 		r.cancel()
+		r.closeDrafts()
 		return errors.New("ringmember: server closed")
 	}
 	old := s.ring
@@ -716,7 +717,6 @@ func (s *Server) newRing(a *Assignment) (*ring, error) {
 			return nil, fmt.Errorf("ringmember: serve: the first stage's metadata: %w", err)
 		}
 		r.text = t
-		r.drafts = r.newDrafts(a.Part.Metadata())
 	}
 	if r.stages > 1 {
 		r.nextStage = (r.me.Stage + 1) % r.stages
@@ -729,6 +729,11 @@ func (s *Server) newRing(a *Assignment) (*ring, error) {
 			return nil, fmt.Errorf("ringmember: serve: no address for stage %d's member %s among the assignment's peers", r.nextStage, r.next)
 		}
 		r.out = &link{r: r, peer: r.next, addr: addr, sem: make(chan struct{}, 1), backoff: minRedial}
+	}
+	if r.driver {
+		// Last, after every check that can refuse the assignment: a
+		// refused ring is never stopped, so nothing would free it.
+		r.drafts = r.newDrafts(a.Part.Metadata())
 	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
 	return r, nil

@@ -69,25 +69,32 @@ func (r *ring) closeDrafts() {
 	})
 }
 
-// forJob returns the drafter of one job, or nil for none: the request's
-// prediction first (OpenAI's Predicted Outputs), then the model's
-// drafter; none when the request turned speculation off.
-func (d *drafts) forJob(off bool, prediction []int32) speculate.Drafter {
+// forJob returns the drafter of one job and the controller of its γ, or
+// a nil drafter for none: the request's prediction first (OpenAI's
+// Predicted Outputs), then the model's drafter; none when the request
+// turned speculation off. The model's drafter starts from nothing (no
+// job drafts from, or runs faster for, an earlier job's tokens). A job
+// with a prediction gets a controller of its own: what one client's
+// prediction teaches about acceptance says nothing of the next request,
+// and must not shape its latency; the ring's controller learns from its
+// drafter's jobs.
+func (d *drafts) forJob(off bool, prediction []int32) (speculate.Drafter, *speculate.Controller) {
 	if d == nil || off {
-		return nil
+		return nil, nil
 	}
 	var base speculate.Drafter
 	switch d.spec.Mode {
 	case speculate.ModeModel:
+		d.model.Reset()
 		base = d.model
 	case speculate.ModeNone:
 	default:
 		base = speculate.NewLookup(nil)
 	}
 	if len(prediction) == 0 {
-		return base
+		return base, d.ctl
 	}
-	return &chained{first: speculate.NewLookup(prediction), then: base}
+	return &chained{first: speculate.NewLookup(prediction), then: base}, speculate.NewController(speculate.MaxGamma)
 }
 
 // chained drafts from first, and from then when first proposes nothing.
@@ -140,6 +147,16 @@ type speculation struct {
 	history  []int32
 	accepted int64
 	rejected int64
+	// last is the most recent step's tokens, and lastAccepted the drafts
+	// among them, until the reply says how many it took (Took).
+	last, lastAccepted int
+}
+
+// newSpeculation is a job's speculation (a nil drafter: none).
+func (r *ring) newSpeculation(off bool, req *oaiwire.ChatRequest) *speculation {
+	s := &speculation{stats: &r.s.spec}
+	s.drafter, s.ctl = r.drafts.forJob(off, r.predictionTokens(req))
+	return s
 }
 
 // details are the job's completion_tokens_details: drafted tokens
@@ -180,11 +197,17 @@ func (d *driverJob) NextN(ctx context.Context, tokens []int32, limit int) ([]int
 				return nil, fmt.Errorf("ringmember: job %q: drafting: %w", d.open.Job, context.Cause(ctx))
 			}
 			// A drafter's failure costs the speculation of one step,
-			// never the job.
-			d.r.log.Warn("ringmember: drafting failed; this step runs undrafted", "job", d.open.Job, "err", err)
+			// never the job. Its error is not logged: it may name a token.
+			d.r.log.Warn("ringmember: drafting failed; this step runs undrafted", "job", d.open.Job)
 			proposed = nil
 		}
 		proposed = proposed[:min(len(proposed), gamma)]
+		for i, id := range proposed {
+			if id < 0 || int(id) >= d.r.cfg.Vocab {
+				proposed = proposed[:i] // a drafter's id the model lacks: no draft from it on
+				break
+			}
+		}
 		s.ctl.ObserveDraft(len(proposed), drafting)
 	}
 	start := time.Now()
@@ -202,14 +225,17 @@ func (d *driverJob) NextN(ctx context.Context, tokens []int32, limit int) ([]int
 		}
 		d.tokens += int64(len(ids))
 	}
-	if decoding && s.drafter != nil {
+	accepted := len(ids) - 1
+	if decoding {
 		loop := time.Since(start)
-		accepted := len(ids) - 1
-		s.ctl.Observe(len(proposed), accepted, loop)
+		if s.drafter != nil {
+			s.ctl.Observe(len(proposed), accepted, loop)
+		}
 		s.stats.Observe(len(proposed), accepted, loop, drafting)
 		s.accepted += int64(accepted)
 		s.rejected += int64(len(proposed) - accepted)
 	}
+	s.last, s.lastAccepted = len(ids), accepted
 	if !decoding {
 		// The prompt (or the part the caller fed): the history holds it.
 		s.history = append(s.history, tokens...)
@@ -217,6 +243,20 @@ func (d *driverJob) NextN(ctx context.Context, tokens []int32, limit int) ([]int
 	// The history ends with the token the next step feeds.
 	s.history = append(s.history, ids...)
 	return ids, nil
+}
+
+// Took is told how many of the last step's tokens the reply took
+// (builtin.Text.Generate stops inside a step's tokens at an end token, a
+// stop string, the limit or a failed emit): the rest count neither as the
+// reply's tokens nor as accepted drafts.
+func (d *driverJob) Took(n int) {
+	s := d.spec
+	if s == nil || n < 0 || n >= s.last {
+		return
+	}
+	d.tokens -= int64(s.last - n)
+	s.accepted -= int64(s.lastAccepted - min(s.lastAccepted, n))
+	s.last, s.lastAccepted = n, min(s.lastAccepted, n)
 }
 
 // verify runs one verify step: pending (the token returned last, not yet

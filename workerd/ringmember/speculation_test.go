@@ -1,11 +1,15 @@
 package ringmember
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
+	"github.com/c0mpute/c0mpute/functions/shard"
 	"github.com/c0mpute/c0mpute/infra/testmodel"
 	"github.com/c0mpute/c0mpute/workerd/backend/backendtest"
 	"github.com/c0mpute/c0mpute/workerd/speculate"
@@ -61,7 +65,7 @@ func TestSpeculationMatchesBuiltin(t *testing.T) {
 		for _, stages := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%s/%d-stages", c.name, stages), func(t *testing.T) {
 				tr := startInProcess(t, m, stages, WithDraft(speculate.Choice{Default: c.draft}))
-				var accepted, rejected int64
+				var accepted, rejected, greedyRejected int64
 				for i, req := range reqs() {
 					ref := m.reference(req)
 					if c.predict {
@@ -75,6 +79,9 @@ func TestSpeculationMatchesBuiltin(t *testing.T) {
 					d := got.Result.Usage.CompletionTokensDetails
 					accepted += d.AcceptedPredictionTokens
 					rejected += d.RejectedPredictionTokens
+					if *req.Temperature == 0 {
+						greedyRejected += d.RejectedPredictionTokens
+					}
 				}
 				t.Logf("drafts accepted %d, rejected %d", accepted, rejected)
 				if c.draft.Mode == speculate.ModeNone && !c.predict && accepted+rejected != 0 {
@@ -86,8 +93,9 @@ func TestSpeculationMatchesBuiltin(t *testing.T) {
 				if c.want.rejected && rejected == 0 {
 					t.Fatal("no draft was rejected: the rollback went untested")
 				}
-				if c.draft.Path == m.path && rejected != 0 {
-					t.Fatalf("the target drafting for itself had %d drafts rejected", rejected)
+				if c.draft.Path == m.path && greedyRejected != 0 {
+					// (A sampled reply may reject the greedy draft.)
+					t.Fatalf("the target drafting for itself had %d drafts of greedy replies rejected", greedyRejected)
 				}
 			})
 		}
@@ -129,5 +137,134 @@ func TestSpeculationOff(t *testing.T) {
 	// reply token but the last.
 	if want := res.Usage.PromptTokens + res.Usage.CompletionTokens - 1; done.TokenEnd != want {
 		t.Fatalf("speculation off: the ring ran %d positions, want %d", done.TokenEnd, want)
+	}
+}
+
+// mappings counts the process's memory mappings of path.
+func mappings(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip("no /proc/self/maps to count mappings in")
+	}
+	return strings.Count(string(b), path)
+}
+
+// TestDraftModelFreed: a driver's draft model is mapped while its ring
+// serves and unmapped when the ring stops, and an assignment refused after
+// the driver's checks leaves none behind.
+func TestDraftModelFreed(t *testing.T) {
+	o := modelOptions("llama", testmodel.Q8_0)
+	m := loadModel(t, "llama-q8_0", o)
+	draft := draftFile(t, o)
+	keys := memberKeys(m.name+"-freed", 2)
+	plan, hash := planFor(t, m, keys)
+	tr := &testRing{m: m, plan: plan, hash: hash, keys: keys, servers: make([]*Server, 2), ctxTokens: planContext}
+	newDriver(t, tr, WithDraft(speculate.Choice{Default: speculate.Spec{Mode: speculate.ModeModel, Path: draft}}))
+	for range 3 {
+		// No address for the next stage: refused.
+		if err := tr.driver.Serve(tr.assignment(t, 0, map[shard.PublicKey]string{})); err == nil {
+			t.Fatal("an assignment without the next stage's address was served")
+		}
+	}
+	if n := mappings(t, draft); n != 0 {
+		t.Fatalf("after 3 refused assignments the draft model is mapped %d times", n)
+	}
+	p1, _ := plan.Primary(1)
+	if err := tr.driver.Serve(tr.assignment(t, 0, map[shard.PublicKey]string{p1.Node: "127.0.0.1:9"})); err != nil {
+		t.Fatal(err)
+	}
+	if n := mappings(t, draft); n == 0 {
+		t.Fatal("serving, the driver has not mapped its draft model")
+	}
+	if err := tr.driver.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := mappings(t, draft); n != 0 {
+		t.Fatalf("after Close the draft model is mapped %d times", n)
+	}
+}
+
+// TestTook: a reply that ends inside a step's tokens (Generate says how
+// many it took) counts only those, as completion tokens and as accepted
+// drafts.
+func TestTook(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		last, accepted, took   int
+		wantTokens, wantAccept int64
+	}{
+		{"all taken", 5, 4, 5, 10, 8},
+		{"the last token not taken", 5, 4, 4, 9, 8},
+		{"two drafts taken", 5, 4, 2, 7, 6},
+		{"none taken", 5, 4, 0, 5, 4},
+		{"a plain step not taken", 1, 0, 0, 9, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := &driverJob{tokens: 10, spec: &speculation{accepted: 8, last: c.last, lastAccepted: c.accepted}}
+			if c.last == 1 {
+				d.spec.accepted = 4
+			}
+			d.Took(c.took)
+			if d.tokens != c.wantTokens || d.spec.accepted != c.wantAccept {
+				t.Fatalf("tokens %d, accepted %d; want %d and %d", d.tokens, d.spec.accepted, c.wantTokens, c.wantAccept)
+			}
+		})
+	}
+}
+
+// takeRecorder is a MultiStepper of fixed steps that records what the
+// generation loop says it took of each.
+type takeRecorder struct {
+	steps [][]int32
+	took  []int
+}
+
+func (s *takeRecorder) Next(ctx context.Context, tokens []int32) (int32, error) {
+	ids, err := s.NextN(ctx, tokens, 1)
+	return ids[0], err
+}
+
+func (s *takeRecorder) NextN(_ context.Context, _ []int32, _ int) ([]int32, error) {
+	ids := s.steps[0]
+	s.steps = s.steps[1:]
+	return ids, nil
+}
+
+func (s *takeRecorder) Took(n int) { s.took = append(s.took, n) }
+
+// TestGenerateSaysWhatItTook: builtin.Text.Generate, stepping several
+// tokens at a time, tells the stepper how many of a step it took when the
+// reply ends inside it (an end token, the limit), and nothing otherwise.
+func TestGenerateSaysWhatItTook(t *testing.T) {
+	m := loadModel(t, "llama-q8_0", modelOptions("llama", testmodel.Q8_0))
+	tr := startInProcess(t, m, 1)
+	text := tr.driver.current().text
+	// Three ordinary tokens (ids past the control tokens).
+	cat, dog, sat := int32(testmodel.EOSID+10), int32(testmodel.EOSID+11), int32(testmodel.EOSID+12)
+	for _, c := range []struct {
+		name  string
+		steps [][]int32
+		limit int64
+		want  []int
+	}{
+		{"an end token inside a step", [][]int32{{cat}, {dog, sat, testmodel.EOSID, cat}}, 20, []int{3}},
+		{"the limit inside a step", [][]int32{{cat}, {dog, sat, cat}}, 3, []int{2}},
+		{"steps taken whole", [][]int32{{cat}, {dog, sat}, {testmodel.EOSID}}, 20, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &takeRecorder{steps: c.steps}
+			req := greedy(prompts[0], c.limit, false)
+			prompt, _, err := text.Request(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := text.Generate(context.Background(), s, prompt, req, func(oaiwire.Delta) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(s.took) != fmt.Sprint(c.want) {
+				t.Fatalf("took %v, want %v", s.took, c.want)
+			}
+		})
 	}
 }

@@ -122,6 +122,11 @@ func OpenModel(path string, target *gguf.File, workers int, log *slog.Logger) (P
 			return nil, err
 		}
 		toks, _ := f.Metadata.Strings(tokenizer.KeyTokens)
+		if rows := m.Config().Vocab; rows < len(toks) {
+			// Every token of the shared vocabulary can come up in a
+			// history: each needs its embedding row.
+			return nil, fmt.Errorf("its embedding has %d rows for a vocabulary of %d tokens", rows, len(toks))
+		}
 		d.vocab = min(d.vocab, len(toks))
 		return d, nil
 	}()
@@ -268,6 +273,16 @@ func (d *modelDrafter) runPrefetch(ctx context.Context, pf *prefetch, n int) {
 		default:
 		}
 	})
+}
+
+// Reset forgets the sequence the drafter holds and stops a prefetch, so a
+// job neither drafts from an earlier job's tokens nor runs faster for
+// them (a shared prefix would be a timing channel between requests).
+func (d *modelDrafter) Reset() {
+	_ = d.settle(context.Background(), nil) // no history: a prefetch is cancelled
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reset()
 }
 
 // reset forgets the cache: the state after a panic is not trusted.

@@ -24,10 +24,12 @@ type Drafter interface {
 // background and returns at once. A later Draft whose history extends
 // what was prefetched returns from it (waiting for the prefetch if it
 // is still running); one that does not cancels it. Close stops any
-// prefetch and frees what the drafter holds.
+// prefetch and frees what the drafter holds. Reset forgets what it holds
+// of earlier sequences (a new request starts from nothing).
 type Prefetcher interface {
 	Drafter
 	Prefetch(history []int32, n int)
+	Reset()
 	Close() error
 }
 

@@ -168,6 +168,13 @@ type MultiStepper interface {
 	NextN(ctx context.Context, tokens []int32, limit int) ([]int32, error)
 }
 
+// taker is a MultiStepper told how many of a step's tokens the reply took
+// when it ended inside them (an end token, a stop string, the limit, or
+// an emit that failed): Took(n), n < the step's count.
+type taker interface {
+	Took(n int)
+}
+
 // Generate runs the token loop for a prompt Request returned: it steps
 // until an end-of-generation token, a stop string, max_tokens or the
 // context's end, streams the decoded text through emit (stop strings
@@ -204,21 +211,30 @@ loop:
 		if err != nil {
 			return backend.Result{}, err
 		}
-		for _, id := range ids {
+		took := func(n int) {
+			if tk, ok := step.(taker); ok && n < len(ids) {
+				tk.Took(n)
+			}
+		}
+		for i, id := range ids {
 			if res.Usage.CompletionTokens == limit {
+				took(i)
 				break loop
 			}
 			res.Usage.CompletionTokens++
 			if t.tok.IsEOG(id) {
 				res.FinishReason = "stop"
+				took(i + 1)
 				break loop
 			}
 			out, stopped := stop.Add(dec.Add(id))
 			if err := send(out); err != nil {
+				took(i)
 				return backend.Result{}, err
 			}
 			if stopped {
 				res.FinishReason = "stop"
+				took(i + 1)
 				break loop
 			}
 		}
