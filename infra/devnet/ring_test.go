@@ -663,7 +663,22 @@ func TestRingLiarIsRemeasured(t *testing.T) {
 			}
 		}
 	}
-	if eff := tap.effective(liar); eff <= 1 {
+	listed := false
+	for from, row := range tap.rows {
+		for _, p := range row.Peers {
+			listed = listed || from != liar && p.To == liar
+		}
+	}
+	switch eff := tap.effective(liar); {
+	case !listed && slices.Contains(st.Primaries, liar):
+		t.Fatalf("no peer's row lists the liar, yet it holds a stage (at %d µs per layer)", eff)
+	case !listed:
+		// On a loaded machine every probe of it can run out of time: it
+		// is then left out like an unreachable member, never placed at
+		// its claim.
+		t.Logf("no peer reached the liar within its probe: it was left out of the ring")
+		return
+	case eff <= 1:
 		t.Fatalf("the liar is placed at %d µs per layer: no peer timed it", eff)
 	}
 	for s, p := range st.Primaries {
