@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 	"github.com/c0mpute/c0mpute/workerd/engine/quant"
@@ -385,40 +386,141 @@ func (ts tensors) vector(name string, n int, required bool) ([]float32, error) {
 // Config returns the model's shape.
 func (m *Model) Config() Config { return m.cfg }
 
-// parallel runs fn over [0, n) split into one contiguous chunk per
-// worker. The split only decides who computes an element, never how.
-func (m *Model) parallel(n int, fn func(lo, hi int)) {
-	w := min(m.workers, n)
+// parallel runs fn over [0, n) in chunks of grain (the last may be
+// shorter) on up to m.workers goroutines, each taking the next chunk as
+// it finishes one: a worker slowed by another process on a shared core
+// holds back only its current chunk. fn's first argument is the
+// worker's index in [0, m.workers), for per-worker scratch. The split
+// only decides who computes an element, never how.
+func (m *Model) parallel(n, grain int, fn func(worker, lo, hi int)) {
+	grain = max(grain, 1)
+	chunks := (n + grain - 1) / grain
+	w := min(m.workers, chunks)
 	if w <= 1 {
-		fn(0, n)
+		fn(0, 0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	chunk := (n + w - 1) / w
-	for lo := chunk; lo < n; lo += chunk {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, min(lo+chunk, n))
+	var next atomic.Int64
+	work := func(worker int) {
+		for {
+			c := int(next.Add(1)) - 1
+			if c >= chunks {
+				return
+			}
+			fn(worker, c*grain, min((c+1)*grain, n))
+		}
 	}
-	fn(0, min(chunk, n))
+	var wg sync.WaitGroup
+	for i := 1; i < w; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(i)
+		}()
+	}
+	work(0)
 	wg.Wait()
+}
+
+// matGrain is the rows of a matrix product per chunk of work: about a
+// sixteenth of each worker's share, so an uneven machine evens out, but
+// at least 16 rows, so a chunk costs far more than taking it.
+func (m *Model) matGrain(rows int) int {
+	return max(16, rows/(16*m.workers))
+}
+
+// product is one matrix product of a batch: out[t] = w · x[t].
+type product struct {
+	w   *Matrix
+	out [][]float32
+}
+
+// scratch holds the buffers of a batch's matrix products, reused from
+// one call to the next by whoever owns it (a Stage: one goroutine at a
+// time), so a Forward allocates nothing once they have grown to its
+// batch. A nil *scratch allocates per call.
+type scratch struct {
+	// acts are prepared activations, one slice per weight type in use
+	// (actTypes), one Act per batch row.
+	actTypes []gguf.Type
+	acts     [][]quant.Act
+	// res is per worker: one result per batch row.
+	res [][]float32
+}
+
+// actsFor returns x prepared for weights of type t, preparing it once
+// per matmuls call: the first prepared slots of sc hold this call's
+// preparations, and the count of them after this one is returned.
+func (sc *scratch) actsFor(t gguf.Type, x [][]float32, prepared int) ([]quant.Act, int) {
+	for k := 0; k < prepared; k++ {
+		if sc.actTypes[k] == t {
+			return sc.acts[k][:len(x)], prepared
+		}
+	}
+	k := prepared
+	if k == len(sc.acts) {
+		sc.actTypes = append(sc.actTypes, t)
+		sc.acts = append(sc.acts, nil)
+	}
+	sc.actTypes[k] = t
+	if cap(sc.acts[k]) < len(x) {
+		sc.acts[k] = append(sc.acts[k][:cap(sc.acts[k])], make([]quant.Act, len(x)-cap(sc.acts[k]))...)
+	}
+	a := sc.acts[k][:len(x)]
+	for i := range x {
+		a[i].Prepare(t, x[i])
+	}
+	return a, k + 1
 }
 
 // matmul computes out[t] = W · x[t] for every row t of x (each of W.Cols
 // elements); out has len(x) rows of W.Rows.
-func (m *Model) matmul(w *Matrix, x [][]float32, out [][]float32) {
-	acts := make([]quant.Act, len(x))
-	for t := range x {
-		acts[t].Prepare(w.Type, x[t])
+func (m *Model) matmul(sc *scratch, w *Matrix, x [][]float32, out [][]float32) {
+	m.matmuls(sc, x, product{w, out})
+}
+
+// matmuls computes several products of the same input x (the attention's
+// Q, K and V; the feed-forward's gate and up) in one parallel pass over
+// their rows together, one synchronisation instead of one per matrix.
+// Each weight row is read once for all of x's rows (quant.DotTile): the
+// batch's tile, with every element computed as a batch of one computes
+// it.
+func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
+	if sc == nil {
+		sc = new(scratch)
 	}
-	m.parallel(w.Rows, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			row := w.Row(r)
-			for t := range acts {
-				out[t][r] = quant.Dot(row, &acts[t])
+	T := len(x)
+	var actsBuf [3][]quant.Act
+	acts := actsBuf[:0]
+	prepared := 0
+	total := 0
+	for _, p := range ps {
+		var a []quant.Act
+		a, prepared = sc.actsFor(p.w.Type, x, prepared)
+		acts = append(acts, a)
+		total += p.w.Rows
+	}
+	for len(sc.res) < m.workers {
+		sc.res = append(sc.res, nil)
+	}
+	for i := range sc.res {
+		if cap(sc.res[i]) < T {
+			sc.res[i] = make([]float32, T)
+		}
+		sc.res[i] = sc.res[i][:T]
+	}
+	m.parallel(total, m.matGrain(total), func(worker, lo, hi int) {
+		res := sc.res[worker]
+		base := 0
+		for i, p := range ps {
+			a, b := max(lo, base), min(hi, base+p.w.Rows)
+			for r := a; r < b; r++ {
+				quant.DotTile(p.w.Row(r-base), acts[i], res)
+				for t, v := range res {
+					p.out[t][r-base] = v
+				}
 			}
+			base += p.w.Rows
 		}
 	})
 }
@@ -440,11 +542,11 @@ func rmsNorm(dst, x, w []float32, eps float32) {
 // rope rotates the first RopeDim elements of each head of v (heads of
 // HeadDim) for position pos, as ggml_rope with ext_factor 0 and
 // attn_factor 1 does: theta advances by repeated float32
-// multiplication.
-func (m *Model) rope(v []float32, heads, pos int) {
+// multiplication. cs is scratch of at least RopeDim elements.
+func (m *Model) rope(v []float32, heads, pos int, cs []float32) {
 	c := &m.cfg
 	n := c.RopeDim
-	cs := make([]float32, n)
+	cs = cs[:n]
 	theta := float32(pos)
 	for i := 0; i < n; i += 2 {
 		t := theta

@@ -65,7 +65,7 @@ func (m *Model) Head(h *Hidden) (*Logits, error) {
 		rmsNorm(xn[t*h.Dim:(t+1)*h.Dim], h.Row(t), m.outNorm, m.cfg.Eps)
 	}
 	lg := &Logits{Tokens: h.Tokens, Vocab: m.out.Rows, Data: make([]float32, h.Tokens*m.out.Rows)}
-	m.matmul(&m.out, rows(xn, h.Tokens, h.Dim), rows(lg.Data, h.Tokens, lg.Vocab))
+	m.matmul(nil, &m.out, rows(xn, h.Tokens, h.Dim), rows(lg.Data, h.Tokens, lg.Vocab))
 	return lg, nil
 }
 
@@ -83,6 +83,19 @@ type Stage struct {
 	first, last int
 	n           int        // positions in the cache
 	k, v        [][]uint16 // per layer: n × KVHeads·HeadDim float16
+	// buf holds a Forward's activations and sc its matrix products'
+	// buffers, kept for the next Forward.
+	buf []float32
+	sc  scratch
+	// att is per worker: the attention's scratch; ropeCS is RoPE's.
+	att    []attScratch
+	ropeCS []float32
+}
+
+// attScratch is one worker's attention buffers.
+type attScratch struct {
+	qh, p []float32
+	acc   []float64
 }
 
 // NewStage returns an empty stage for layers [first, last).
@@ -90,7 +103,8 @@ func (m *Model) NewStage(first, last int) (*Stage, error) {
 	if err := m.needLayers(first, last); err != nil {
 		return nil, err
 	}
-	return &Stage{m: m, first: first, last: last, k: make([][]uint16, last-first), v: make([][]uint16, last-first)}, nil
+	return &Stage{m: m, first: first, last: last, k: make([][]uint16, last-first), v: make([][]uint16, last-first),
+		ropeCS: make([]float32, m.cfg.RopeDim)}, nil
 }
 
 // Range is the stage's layer range [first, last).
@@ -130,14 +144,18 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 	}
 	T, E := h.Tokens, c.Embd
 	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	xn := make([]float32, T*E)
-	q := make([]float32, T*qd)
-	k := make([]float32, T*kvd)
-	v := make([]float32, T*kvd)
-	att := make([]float32, T*qd)
-	proj := make([]float32, T*E)
-	g := make([]float32, T*c.FF)
-	u := make([]float32, T*c.FF)
+	need := T * (2*E + 2*qd + 2*kvd + 2*c.FF)
+	if cap(s.buf) < need {
+		s.buf = make([]float32, need)
+	}
+	free := s.buf[:need]
+	take := func(n int) []float32 {
+		b := free[:n:n]
+		free = free[n:]
+		return b
+	}
+	xn, q, k, v := take(T*E), take(T*qd), take(T*kvd), take(T*kvd)
+	att, proj, g, u := take(T*qd), take(T*E), take(T*c.FF), take(T*c.FF)
 	xr, qr, kr, vr := rows(xn, T, E), rows(q, T, qd), rows(k, T, kvd), rows(v, T, kvd)
 	attr, projr, gr, ur := rows(att, T, qd), rows(proj, T, E), rows(g, T, c.FF), rows(u, T, c.FF)
 	for l := s.first; l < s.last; l++ {
@@ -151,15 +169,13 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 		for t := 0; t < T; t++ {
 			rmsNorm(xr[t], h.Row(t), ly.attnNorm, c.Eps)
 		}
-		m.matmul(&ly.q, xr, qr)
-		m.matmul(&ly.k, xr, kr)
-		m.matmul(&ly.v, xr, vr)
+		m.matmuls(&s.sc, xr, product{&ly.q, qr}, product{&ly.k, kr}, product{&ly.v, vr})
 		for t := 0; t < T; t++ {
 			addBias(qr[t], ly.bq)
 			addBias(kr[t], ly.bk)
 			addBias(vr[t], ly.bv)
-			m.rope(qr[t], c.Heads, s.n+t)
-			m.rope(kr[t], c.KVHeads, s.n+t)
+			m.rope(qr[t], c.Heads, s.n+t, s.ropeCS)
+			m.rope(kr[t], c.KVHeads, s.n+t, s.ropeCS)
 		}
 		li := l - s.first
 		for t := 0; t < T; t++ {
@@ -171,19 +187,18 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 			}
 		}
 		s.attention(li, qr, attr)
-		m.matmul(&ly.o, attr, projr)
+		m.matmul(&s.sc, &ly.o, attr, projr)
 		for i := range h.Data {
 			h.Data[i] += proj[i]
 		}
 		for t := 0; t < T; t++ {
 			rmsNorm(xr[t], h.Row(t), ly.ffnNorm, c.Eps)
 		}
-		m.matmul(&ly.gate, xr, gr)
-		m.matmul(&ly.up, xr, ur)
+		m.matmuls(&s.sc, xr, product{&ly.gate, gr}, product{&ly.up, ur})
 		for i := range g {
 			g[i] = float32(silu(g[i]) * u[i])
 		}
-		m.matmul(&ly.down, gr, projr)
+		m.matmul(&s.sc, &ly.down, gr, projr)
 		for i := range h.Data {
 			h.Data[i] += proj[i]
 		}
@@ -222,10 +237,13 @@ func (s *Stage) attention(li int, q [][]float32, out [][]float32) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	K, V := s.k[li], s.v[li]
 	T := len(q)
-	s.m.parallel(T*c.Heads, func(lo, hi int) {
-		qh := make([]float32, hd)
-		var p []float32
-		acc := make([]float64, hd)
+	for len(s.att) < s.m.workers {
+		s.att = append(s.att, attScratch{qh: make([]float32, hd), acc: make([]float64, hd)})
+	}
+	s.m.parallel(T*c.Heads, max(1, T*c.Heads/(4*s.m.workers)), func(worker, lo, hi int) {
+		ws := &s.att[worker]
+		qh, acc := ws.qh, ws.acc
+		p := ws.p
 		for job := lo; job < hi; job++ {
 			t, h := job/c.Heads, job%c.Heads
 			kh := h / group
@@ -261,6 +279,7 @@ func (s *Stage) attention(li int, q [][]float32, out [][]float32) {
 				o[i] = float32(acc[i])
 			}
 		}
+		ws.p = p
 	})
 }
 

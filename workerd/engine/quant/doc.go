@@ -15,13 +15,17 @@
 //
 // # Vectorised kernels
 //
-// On amd64 with AVX2 the inner loops run in assembly (q8_amd64.s): the
-// Q8_0, Q4_K and Q6_K integer sums with VPMADDUBSW/VPMULLW/VPMADDWD,
-// keeping ggml's eight integer lanes so the float reduction — and the
-// result — is bit for bit the portable Go kernel's (tests compare them on
-// random blocks), and the F32/F16 dots with float32 products summed in
-// float64 lanes (F16C converts halves exactly). Elsewhere, or without
-// AVX2, the portable kernels run: plain Go, unrolled, bounds checks
-// hoisted. Both use every core through the engine's row-parallel
-// matrix products.
+// On amd64 with AVX2 and F16C whole rows run in assembly (q8_amd64.s):
+// Q8_0 with its integer block sums reduced eight blocks at a time and the
+// block terms added in block order; Q4_K and Q6_K with VPSHUFB putting
+// each of ggml's eight integer lanes' elements side by side for
+// VPMADDUBSW, scales and mins unpacked in registers; so the float
+// reduction — and the result — is bit for bit the portable Go kernel's
+// (tests compare them on random blocks). DotTile computes one weight row
+// against a batch's activations (Q8_0: four at a time, each weight block
+// prepared once), each result the bits Dot gives alone. The F32/F16 dots
+// sum float32 products in float64 lanes (F16C converts halves exactly).
+// Elsewhere, or without AVX2, the portable kernels run: plain Go,
+// unrolled, bounds checks hoisted. Both use every core through the
+// engine's row-parallel matrix products.
 package quant

@@ -2,54 +2,83 @@ package quant
 
 import "golang.org/x/sys/cpu"
 
-// haveAVX2 selects the AVX2 block sums of Q8_0 dot products. They are
-// exact integers, so the result is bit for bit the portable kernel's.
-var haveAVX2 = cpu.X86.HasAVX2
+// haveAVX2 selects the assembly kernels (AVX2, with F16C for the F16
+// scales). Integer sums are exact and the float operations are the
+// portable kernels' in the same order, so the results are bit for bit
+// the portable kernels'.
+var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C
 
 //go:noescape
-func blockDotsQ8_0AVX2(row *byte, q *int8, nb int, out *int32)
+func q8_0DotAVX2(row *byte, q *int8, d *float32, nb int) float32
 
-// blockDotsQ8_0 writes the integer dot of each of len(out) blocks.
-func blockDotsQ8_0(row []byte, q []int8, out []int32) bool {
-	if !haveAVX2 || len(out) == 0 {
+// dotQ8_0Vec is dotQ8_0 in assembly; ok is false without AVX2.
+func dotQ8_0Vec(row []byte, a *Act) (sum float32, ok bool) {
+	nb := len(a.D)
+	if !haveAVX2 || nb == 0 {
+		return 0, false
+	}
+	_ = row[nb*34-1]
+	_ = a.Q[nb*32-1]
+	return q8_0DotAVX2(&row[0], &a.Q[0], &a.D[0], nb), true
+}
+
+//go:noescape
+func q8_0Dot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, out *[4]float32)
+
+// dotQ8_0x4 is dotQ8_0 of row with four activations of its length, bit
+// for bit; ok is false without AVX2 or when the row's blocks are not a
+// multiple of four.
+func dotQ8_0x4(row []byte, a *[4]*Act, out *[4]float32) bool {
+	nb := len(a[0].D)
+	if !haveAVX2 || nb == 0 || nb%4 != 0 {
 		return false
 	}
-	n := len(out)
-	_ = row[n*34-1]
-	_ = q[n*32-1]
-	blockDotsQ8_0AVX2(&row[0], &q[0], n, &out[0])
+	_ = row[nb*34-1]
+	var q [4]*int8
+	var d [4]*float32
+	for i, x := range a {
+		if len(x.D) != nb || len(x.Q) != nb*32 {
+			return false
+		}
+		q[i], d[i] = &x.Q[0], &x.D[0]
+	}
+	q8_0Dot4AVX2(&row[0], nb, &q, &d, out)
 	return true
 }
 
 //go:noescape
-func q4KLanesAVX2(qs *byte, q8 *int8, scales *uint32, aux *int32)
-
-// q4KLanes computes one super-block's integer lanes (see dotQ4K).
-func q4KLanes(qs []byte, q8 []int8, scales *[4]uint32, aux *[8]int32) bool {
-	if !haveAVX2 {
-		return false
-	}
-	_ = qs[127]
-	_ = q8[255]
-	q4KLanesAVX2(&qs[0], &q8[0], &scales[0], &aux[0])
-	return true
-}
+func q4KDotAVX2(row *byte, q8 *int8, d *float32, sums32 *int16, nb int, lanes *[8]float32) float32
 
 //go:noescape
-func q6KLanesAVX2(blk *byte, q8 *int8, scales *uint32, aux *int32)
+func q6KDotAVX2(row *byte, q8 *int8, d *float32, nb int, lanes *[8]float32)
 
-// q6KLanes computes one super-block's integer lanes (see dotQ6K).
-func q6KLanes(blk []byte, q8 []int8, scales *[8]uint32, aux *[8]int32) bool {
-	if !haveAVX2 {
+// q4KVec is the assembly part of dotQ4K: the running sum of the mins'
+// terms and the eight float lanes; ok is false without AVX2.
+func q4KVec(row []byte, a *Act, lanes *[8]float32) (sumf float32, ok bool) {
+	nb := len(a.D)
+	if !haveAVX2 || nb == 0 {
+		return 0, false
+	}
+	_ = row[nb*q4KBytes-1]
+	_ = a.Q[nb*QKK-1]
+	_ = a.Sums32[nb*8-1]
+	return q4KDotAVX2(&row[0], &a.Q[0], &a.D[0], &a.Sums32[0], nb, lanes), true
+}
+
+// q6KVec is the assembly part of dotQ6K: the eight float lanes; ok is
+// false without AVX2.
+func q6KVec(row []byte, a *Act, lanes *[8]float32) bool {
+	nb := len(a.D)
+	if !haveAVX2 || nb == 0 {
 		return false
 	}
-	_ = blk[191]
-	_ = q8[255]
-	q6KLanesAVX2(&blk[0], &q8[0], &scales[0], &aux[0])
+	_ = row[nb*q6KBytes-1]
+	_ = a.Q[nb*QKK-1]
+	q6KDotAVX2(&row[0], &a.Q[0], &a.D[0], nb, lanes)
 	return true
 }
 
-var haveF16C = haveAVX2 && cpu.X86.HasF16C
+var haveF16C = haveAVX2
 
 //go:noescape
 func dotF32AVX2(w *float32, x *float32, n int) float64

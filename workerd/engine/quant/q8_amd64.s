@@ -1,113 +1,382 @@
 #include "textflag.h"
 
-// func blockDotsQ8_0AVX2(row *byte, q *int8, nb int, out *int32)
+// ADD4 adds the four float32 lanes of x to the low lane of acc one by
+// one, lane 0 first, in registers.
+#define ADD4(x, acc) \
+	VADDSS x, acc, acc \
+	VMOVSHDUP x, X10 \
+	VADDSS X10, acc, acc \
+	VMOVHLPS x, x, X10 \
+	VADDSS X10, acc, acc \
+	VPERMILPS $3, x, X10 \
+	VADDSS X10, acc, acc
+
+// Q8INT puts the eight int32 partial sums of one Q8_0 block's products
+// into R: the weight block at woff(SI) (an F16 scale, then 32 int8
+// quants), the activation's 32 quants at yoff(DI), Y7 sixteen-bit ones.
+// |w| times y·sign(w) cannot saturate VPMADDUBSW: activations lie in
+// [-127, 127], so a pair sums to at most 2·128·127 = 32512.
+#define Q8INT(woff, yoff, R) \
+	VMOVDQU woff+2(SI), Y12 \
+	VPSIGNB Y12, Y12, Y13 \
+	VMOVDQU yoff(DI), Y14 \
+	VPSIGNB Y12, Y14, Y14 \
+	VPMADDUBSW Y14, Y13, R \
+	VPMADDWD Y7, R, R
+
+// SCALE8 gathers the F16 scales of the eight blocks at SI into X9 (a
+// 16-bit insert each) and converts them: Y9 = eight float32 scales.
+#define SCALE8 \
+	MOVWLZX 0(SI), AX \
+	VMOVD AX, X9 \
+	MOVWLZX 34(SI), AX \
+	VPINSRW $1, AX, X9, X9 \
+	MOVWLZX 68(SI), AX \
+	VPINSRW $2, AX, X9, X9 \
+	MOVWLZX 102(SI), AX \
+	VPINSRW $3, AX, X9, X9 \
+	MOVWLZX 136(SI), AX \
+	VPINSRW $4, AX, X9, X9 \
+	MOVWLZX 170(SI), AX \
+	VPINSRW $5, AX, X9, X9 \
+	MOVWLZX 204(SI), AX \
+	VPINSRW $6, AX, X9, X9 \
+	MOVWLZX 238(SI), AX \
+	VPINSRW $7, AX, X9, X9 \
+	VCVTPH2PS X9, Y9
+
+// func q8_0DotAVX2(row *byte, q *int8, d *float32, nb int) float32
 //
-// For each of nb Q8_0 blocks (34 bytes: an f16 scale, then 32 int8
-// quants) at row and 32 int8 activation quants at q, writes the exact
-// int32 sum of the 32 products to out. |x| times y·sign(x) with
-// VPMADDUBSW cannot saturate: activations lie in [-127, 127], so a pair
-// sums to at most 2·128·127 = 32512.
-TEXT ·blockDotsQ8_0AVX2(SB), NOSPLIT, $0-32
+// ggml_vec_dot_q8_0_q8_0's reference over nb blocks: for each block in
+// order, sumf += float32(sumi) * (dw * dx), in float32, where sumi is
+// the exact int32 dot of the block's quants. Eight blocks at a time,
+// the integer sums are reduced together (VPHADDD, exact), their terms
+// computed side by side (each lane the same float32 operations as the
+// scalar kernel) and stored, then added to sumf one by one in block
+// order; the remaining blocks one at a time.
+TEXT ·q8_0DotAVX2(SB), NOSPLIT, $0-36
 	MOVQ row+0(FP), SI
 	MOVQ q+8(FP), DI
-	MOVQ nb+16(FP), CX
-	MOVQ out+24(FP), DX
+	MOVQ d+16(FP), BX
+	MOVQ nb+24(FP), CX
 	MOVL $0x00010001, AX
 	VMOVD AX, X7
 	VPBROADCASTD X7, Y7
-	TESTQ CX, CX
-	JEQ done
+	VXORPS X15, X15, X15
+	CMPQ CX, $8
+	JLT q8tail
 
-loop:
-	VMOVDQU 2(SI), Y0
-	VMOVDQU (DI), Y1
-	VPSIGNB Y0, Y0, Y2
-	VPSIGNB Y0, Y1, Y3
-	VPMADDUBSW Y3, Y2, Y4
-	VPMADDWD Y7, Y4, Y5
-	VEXTRACTI128 $1, Y5, X6
-	VPADDD X6, X5, X5
-	VPSHUFD $0x4E, X5, X6
-	VPADDD X6, X5, X5
-	VPSHUFD $0xB1, X5, X6
-	VPADDD X6, X5, X5
-	VMOVD X5, AX
-	MOVL AX, (DX)
+q8group:
+	Q8INT(0, 0, Y0)
+	Q8INT(34, 32, Y1)
+	Q8INT(68, 64, Y2)
+	Q8INT(102, 96, Y3)
+	Q8INT(136, 128, Y4)
+	Q8INT(170, 160, Y5)
+	Q8INT(204, 192, Y6)
+	Q8INT(238, 224, Y8)
+	// Pairwise sums until Y0 lane k is block k's total.
+	VPHADDD Y1, Y0, Y0
+	VPHADDD Y3, Y2, Y2
+	VPHADDD Y5, Y4, Y4
+	VPHADDD Y8, Y6, Y6
+	VPHADDD Y2, Y0, Y0
+	VPHADDD Y6, Y4, Y4
+	VPERM2I128 $0x20, Y4, Y0, Y1
+	VPERM2I128 $0x31, Y4, Y0, Y2
+	VPADDD Y2, Y1, Y0
+	VCVTDQ2PS Y0, Y0
+	SCALE8
+	VMULPS (BX), Y9, Y9
+	VMULPS Y9, Y0, Y0
+	ADD4(X0, X15)
+	VEXTRACTF128 $1, Y0, X0
+	ADD4(X0, X15)
+	ADDQ $272, SI
+	ADDQ $256, DI
+	ADDQ $32, BX
+	SUBQ $8, CX
+	CMPQ CX, $8
+	JGE q8group
+
+q8tail:
+	TESTQ CX, CX
+	JEQ q8done
+
+q8one:
+	Q8INT(0, 0, Y0)
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0x4E, X0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0xB1, X0, X1
+	VPADDD X1, X0, X0
+	VCVTDQ2PS X0, X0
+	MOVWLZX 0(SI), AX
+	VMOVD AX, X9
+	VCVTPH2PS X9, X9
+	VMULSS (BX), X9, X9
+	VMULSS X9, X0, X0
+	VADDSS X0, X15, X15
 	ADDQ $34, SI
 	ADDQ $32, DI
-	ADDQ $4, DX
+	ADDQ $4, BX
 	DECQ CX
-	JNE loop
+	JNE q8one
 
-done:
+q8done:
+	VMOVSS X15, ret+32(FP)
 	VZEROUPPER
 	RET
 
-// func q4KLanesAVX2(qs *byte, q8 *int8, scales *uint32, aux *int32)
+// Q8TILE is one activation's part of a q8_0Dot4AVX2 group of four
+// blocks: the weight quants in Y0-Y3, their magnitudes in Y4-Y7, the
+// four weight scales in X14, Y13 sixteen-bit ones; the activation's
+// quants at qreg, its block scales at dreg, its running sum at acc(SP).
+// The four block terms are the scalar kernel's (float32(sumi) ·
+// (dw·dx)) and are added to the sum one by one in block order.
+#define Q8TILE(qreg, dreg, acc) \
+	VMOVDQU 0(qreg), Y12 \
+	VPSIGNB Y0, Y12, Y12 \
+	VPMADDUBSW Y12, Y4, Y8 \
+	VPMADDWD Y13, Y8, Y8 \
+	VMOVDQU 32(qreg), Y12 \
+	VPSIGNB Y1, Y12, Y12 \
+	VPMADDUBSW Y12, Y5, Y9 \
+	VPMADDWD Y13, Y9, Y9 \
+	VMOVDQU 64(qreg), Y12 \
+	VPSIGNB Y2, Y12, Y12 \
+	VPMADDUBSW Y12, Y6, Y10 \
+	VPMADDWD Y13, Y10, Y10 \
+	VMOVDQU 96(qreg), Y12 \
+	VPSIGNB Y3, Y12, Y12 \
+	VPMADDUBSW Y12, Y7, Y11 \
+	VPMADDWD Y13, Y11, Y11 \
+	VPHADDD Y9, Y8, Y8 \
+	VPHADDD Y11, Y10, Y10 \
+	VPHADDD Y10, Y8, Y8 \
+	VEXTRACTI128 $1, Y8, X9 \
+	VPADDD X9, X8, X8 \
+	VCVTDQ2PS X8, X8 \
+	VMULPS (dreg), X14, X9 \
+	VMULPS X9, X8, X8 \
+	VMOVSS acc(SP), X15 \
+	ADD4(X8, X15) \
+	VMOVSS X15, acc(SP)
+
+// func q8_0Dot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, out *[4]float32)
 //
-// One Q4_K super-block against Q8_K activations: for each of the four
-// 64-element chunks (32 bytes of nibbles; low nibbles are one sub-block,
-// high nibbles the next), the products summed per lane (element index
-// mod 8, as ggml's reference kernel groups them) and scaled by the
-// sub-block scales (scales[j] = sa | sb<<16), accumulated into aux[0:8].
-// Every step is exact integer arithmetic: a nibble times an activation
-// is at most 15·127, four of them fit in 16 bits.
-TEXT ·q4KLanesAVX2(SB), NOSPLIT, $0-32
-	MOVQ qs+0(FP), SI
+// q8_0DotAVX2 of one weight row with four activations (prefill's tile):
+// each group of four weight blocks is loaded, made absolute and its
+// scales converted once for the four. nb must be a positive multiple of
+// 4. Every activation gets the scalar kernel's float operations in its
+// order, so the results are q8_0DotAVX2's bit for bit.
+TEXT ·q8_0Dot4AVX2(SB), NOSPLIT, $32-40
+	MOVQ row+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ q+16(FP), AX
+	MOVQ 0(AX), DI
+	MOVQ 8(AX), R8
+	MOVQ 16(AX), R9
+	MOVQ 24(AX), R10
+	MOVQ d+24(FP), AX
+	MOVQ 0(AX), BX
+	MOVQ 8(AX), R11
+	MOVQ 16(AX), R12
+	MOVQ 24(AX), R13
+	MOVL $0x00010001, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	VXORPS X15, X15, X15
+	VMOVUPS X15, 16(SP)
+
+q8t4:
+	VMOVDQU 2(SI), Y0
+	VMOVDQU 36(SI), Y1
+	VMOVDQU 70(SI), Y2
+	VMOVDQU 104(SI), Y3
+	VPSIGNB Y0, Y0, Y4
+	VPSIGNB Y1, Y1, Y5
+	VPSIGNB Y2, Y2, Y6
+	VPSIGNB Y3, Y3, Y7
+	MOVWLZX 0(SI), AX
+	VMOVD AX, X14
+	MOVWLZX 34(SI), AX
+	VPINSRW $1, AX, X14, X14
+	MOVWLZX 68(SI), AX
+	VPINSRW $2, AX, X14, X14
+	MOVWLZX 102(SI), AX
+	VPINSRW $3, AX, X14, X14
+	VCVTPH2PS X14, X14
+	Q8TILE(DI, BX, 16)
+	Q8TILE(R8, R11, 20)
+	Q8TILE(R9, R12, 24)
+	Q8TILE(R10, R13, 28)
+	ADDQ $136, SI
+	ADDQ $128, DI
+	ADDQ $128, R8
+	ADDQ $128, R9
+	ADDQ $128, R10
+	ADDQ $16, BX
+	ADDQ $16, R11
+	ADDQ $16, R12
+	ADDQ $16, R13
+	SUBQ $4, CX
+	JNE q8t4
+
+	MOVQ out+32(FP), DX
+	VMOVUPS 16(SP), X15
+	VMOVUPS X15, (DX)
+	VZEROUPPER
+	RET
+
+// Q4CHUNK is one 64-element chunk of a Q4_K super-block (32 bytes of
+// nibbles at qoff(SI): low nibbles one sub-block, high nibbles the next)
+// against Q8_K activations at yoff(DI): products summed per lane
+// (element index mod 8, as ggml's reference kernel groups them), scaled
+// by the two sub-block scales (dword shuf of X12 = sa | sb<<16) and
+// added to the integer lanes Y10. VPSHUFB with Y11 reorders both
+// operands' bytes within each 16-byte half to 0,8,1,9,…,7,15, so
+// VPMADDUBSW's adjacent pairs are elements of one lane; the halves'
+// words are then added (lane l: four products, at most 4·15·127, no
+// saturation). Exact integer arithmetic throughout.
+#define Q4CHUNK(qoff, yoff, shuf) \
+	VMOVDQU qoff(SI), Y0 \
+	VPSHUFB Y11, Y0, Y0 \
+	VPAND Y15, Y0, Y1 \
+	VPSRLW $4, Y0, Y2 \
+	VPAND Y15, Y2, Y2 \
+	VMOVDQU yoff(DI), Y3 \
+	VPSHUFB Y11, Y3, Y3 \
+	VPMADDUBSW Y3, Y1, Y1 \
+	VMOVDQU yoff+32(DI), Y4 \
+	VPSHUFB Y11, Y4, Y4 \
+	VPMADDUBSW Y4, Y2, Y2 \
+	VEXTRACTI128 $1, Y1, X5 \
+	VPADDW X5, X1, X1 \
+	VEXTRACTI128 $1, Y2, X6 \
+	VPADDW X6, X2, X2 \
+	VPUNPCKLWD X2, X1, X6 \
+	VPUNPCKHWD X2, X1, X7 \
+	VINSERTI128 $1, X7, Y6, Y6 \
+	VPSHUFD $shuf, X12, X9 \
+	VPBROADCASTD X9, Y9 \
+	VPMADDWD Y9, Y6, Y6 \
+	VPADDD Y6, Y10, Y10
+
+// lanePairs orders each 16 bytes as 0,8,1,9,…,7,15 (VPSHUFB).
+DATA lanePairs<>+0(SB)/8, $0x0b030a0209010800
+DATA lanePairs<>+8(SB)/8, $0x0f070e060d050c04
+DATA lanePairs<>+16(SB)/8, $0x0b030a0209010800
+DATA lanePairs<>+24(SB)/8, $0x0f070e060d050c04
+GLOBL lanePairs<>(SB), RODATA|NOPTR, $32
+
+// func q4KDotAVX2(row *byte, q8 *int8, d *float32, sums32 *int16, nb int, lanes *[8]float32) float32
+//
+// ggml_vec_dot_q4_K_q8_K's reference arithmetic over nb super-blocks
+// (144 bytes: d, dmin, 12 bytes of six-bit scales and mins, 128 of
+// nibbles): per block the integer lanes (Q4CHUNK ×4) are converted to
+// float32, multiplied by d·D[b] and added to the float lanes, and
+// dmin·D[b]·Σ Sums32[j]·min[j] is subtracted from a float32 sum that
+// starts at 0. Returns that sum and stores the lanes; the caller adds
+// the lanes to it in order (dotQ4K).
+TEXT ·q4KDotAVX2(SB), NOSPLIT, $0-52
+	MOVQ row+0(FP), SI
 	MOVQ q8+8(FP), DI
-	MOVQ scales+16(FP), BX
-	MOVQ aux+24(FP), DX
+	MOVQ d+16(FP), BX
+	MOVQ sums32+24(FP), R8
+	MOVQ nb+32(FP), CX
 	MOVL $0x0f0f0f0f, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
+	VMOVDQU lanePairs<>(SB), Y11
+	VXORPS Y8, Y8, Y8
+	VXORPS X13, X13, X13
+
+q4kblock:
+	// Scales and mins (ggml's utmp shuffle): scales 0-3 = u0 & 0x3f..,
+	// scales 4-7 = (u2 & 0x0f..) | ((u0>>6) & 0x03..)<<4, mins 0-3 =
+	// u1 & 0x3f.., mins 4-7 = ((u2>>4) & 0x0f..) | ((u1>>6) & 0x03..)<<4.
+	MOVL 4(SI), R9
+	MOVL 8(SI), R10
+	MOVL 12(SI), R11
+	MOVL R9, AX
+	ANDL $0x3f3f3f3f, AX
+	MOVL R9, DX
+	SHRL $6, DX
+	ANDL $0x03030303, DX
+	SHLL $4, DX
+	MOVL R11, R12
+	ANDL $0x0f0f0f0f, R12
+	ORL R12, DX
+	VMOVD AX, X12
+	VPINSRD $1, DX, X12, X12
+	VPMOVZXBW X12, X12
+	MOVL R10, AX
+	ANDL $0x3f3f3f3f, AX
+	MOVL R10, DX
+	SHRL $6, DX
+	ANDL $0x03030303, DX
+	SHLL $4, DX
+	MOVL R11, R12
+	SHRL $4, R12
+	ANDL $0x0f0f0f0f, R12
+	ORL R12, DX
+	VMOVD AX, X9
+	VPINSRD $1, DX, X9, X9
+	VPMOVZXBW X9, X9
+	// Σ Sums32[j]·min[j], exact in int32, then the float32 sum.
+	VMOVDQU (R8), X14
+	VPMADDWD X14, X9, X9
+	VPSHUFD $0x4E, X9, X14
+	VPADDD X14, X9, X9
+	VPSHUFD $0xB1, X9, X14
+	VPADDD X14, X9, X9
+	VCVTDQ2PS X9, X9
+	MOVWLZX 2(SI), AX
+	VMOVD AX, X14
+	VCVTPH2PS X14, X14
+	VMULSS (BX), X14, X14
+	VMULSS X9, X14, X14
+	VSUBSS X14, X13, X13
+
 	VPXOR Y10, Y10, Y10
-	MOVQ $4, CX
+	Q4CHUNK(16, 0, 0x00)
+	Q4CHUNK(48, 64, 0x55)
+	Q4CHUNK(80, 128, 0xAA)
+	Q4CHUNK(112, 192, 0xFF)
+	VCVTDQ2PS Y10, Y10
+	MOVWLZX 0(SI), AX
+	VMOVD AX, X14
+	VCVTPH2PS X14, X14
+	VMULSS (BX), X14, X14
+	VBROADCASTSS X14, Y14
+	VMULPS Y14, Y10, Y10
+	VADDPS Y10, Y8, Y8
 
-chunk:
-	VMOVDQU (SI), Y0
-	VPAND Y15, Y0, Y1
-	VPSRLW $4, Y0, Y2
-	VPAND Y15, Y2, Y2
-	VEXTRACTI128 $1, Y1, X3
-	VPMOVZXBW X1, Y4
-	VPMOVZXBW X3, Y5
-	VPMOVSXBW (DI), Y6
-	VPMOVSXBW 16(DI), Y7
-	VPMULLW Y6, Y4, Y4
-	VPMULLW Y7, Y5, Y5
-	VPADDW Y5, Y4, Y4
-	VEXTRACTI128 $1, Y4, X5
-	VPADDW X5, X4, X4
-	VEXTRACTI128 $1, Y2, X3
-	VPMOVZXBW X2, Y5
-	VPMOVZXBW X3, Y6
-	VPMOVSXBW 32(DI), Y7
-	VPMOVSXBW 48(DI), Y8
-	VPMULLW Y7, Y5, Y5
-	VPMULLW Y8, Y6, Y6
-	VPADDW Y6, Y5, Y5
-	VEXTRACTI128 $1, Y5, X6
-	VPADDW X6, X5, X5
-	VPUNPCKLWD X5, X4, X6
-	VPUNPCKHWD X5, X4, X7
-	VINSERTI128 $1, X7, Y6, Y6
-	VPBROADCASTD (BX), Y8
-	VPMADDWD Y8, Y6, Y6
-	VPADDD Y6, Y10, Y10
-	ADDQ $32, SI
-	ADDQ $64, DI
+	ADDQ $144, SI
+	ADDQ $256, DI
 	ADDQ $4, BX
+	ADDQ $16, R8
 	DECQ CX
-	JNE chunk
+	JNE q4kblock
 
-	VMOVDQU Y10, (DX)
+	MOVQ lanes+40(FP), DX
+	VMOVUPS Y8, (DX)
+	VMOVSS X13, ret+48(FP)
 	VZEROUPPER
 	RET
 
-// Q6CHUNK handles 32 elements of a Q6_K super-block: nibbles from ql at
-// qloff shifted by nibshift, two high bits from qh shifted by hshift,
-// activations at yoff, and the scale pair of their two 16-element
-// sub-blocks at scoff.
+// Q6CHUNK handles 32 elements of a Q6_K super-block (two 16-element
+// sub-blocks, one per 128-bit half): nibbles from ql at qloff(SI)
+// shifted right by nibshift, two high bits from the 32 qh bytes at (R8)
+// shifted right by hshift, making quants q in [0, 64); activations at
+// yoff(DI). VPSHUFB with Y12 reorders both to 0,8,1,9,…,7,15 within each
+// half, so VPMADDUBSW's pairs are q[l]·y[l] + q[l+8]·y[l+8] and, with
+// Y13's bytes of 32, 32·(y[l] + y[l+8]); their difference is ggml's
+// reference lane l of the sub-block (no saturation: 2·63·127 < 32768).
+// The two sub-blocks' lanes are interleaved and VPMADDWD applies their
+// scales (the int16 pair at scoff(BX)), adding to the lanes Y10. Exact.
 #define Q6CHUNK(qloff, nibshift, hshift, yoff, scoff) \
 	VMOVDQU qloff(SI), Y0 \
 	VPSRLW $nibshift, Y0, Y0 \
@@ -117,19 +386,13 @@ chunk:
 	VPAND Y14, Y1, Y1 \
 	VPSLLW $4, Y1, Y1 \
 	VPOR Y1, Y0, Y0 \
-	VEXTRACTI128 $1, Y0, X1 \
-	VPMOVZXBW X0, Y2 \
-	VPMOVZXBW X1, Y3 \
-	VPSUBW Y13, Y2, Y2 \
-	VPSUBW Y13, Y3, Y3 \
-	VPMOVSXBW yoff(DI), Y4 \
-	VPMOVSXBW yoff+16(DI), Y5 \
-	VPMULLW Y4, Y2, Y2 \
-	VPMULLW Y5, Y3, Y3 \
-	VEXTRACTI128 $1, Y2, X4 \
-	VPADDW X4, X2, X2 \
-	VEXTRACTI128 $1, Y3, X5 \
-	VPADDW X5, X3, X3 \
+	VPSHUFB Y12, Y0, Y0 \
+	VMOVDQU yoff(DI), Y1 \
+	VPSHUFB Y12, Y1, Y1 \
+	VPMADDUBSW Y1, Y0, Y2 \
+	VPMADDUBSW Y1, Y13, Y3 \
+	VPSUBW Y3, Y2, Y2 \
+	VEXTRACTI128 $1, Y2, X3 \
 	VPUNPCKLWD X3, X2, X4 \
 	VPUNPCKHWD X3, X2, X5 \
 	VINSERTI128 $1, X5, Y4, Y4 \
@@ -137,27 +400,34 @@ chunk:
 	VPMADDWD Y6, Y4, Y4 \
 	VPADDD Y4, Y10, Y10
 
-// func q6KLanesAVX2(blk *byte, q8 *int8, scales *uint32, aux *int32)
+// func q6KDotAVX2(row *byte, q8 *int8, d *float32, nb int, lanes *[8]float32)
 //
-// One Q6_K super-block (ql[128], qh[64], ...) against Q8_K activations:
-// products summed per lane (element index mod 8) within each 16-element
-// sub-block, scaled by the sub-block's signed scale (scales[i] = the
-// scales of sub-blocks 2i and 2i+1 as int16 halves), accumulated into
-// aux[0:8] — the integers ggml's reference kernel computes.
-TEXT ·q6KLanesAVX2(SB), NOSPLIT, $0-32
-	MOVQ blk+0(FP), SI
+// ggml_vec_dot_q6_K_q8_K's reference arithmetic over nb super-blocks
+// (210 bytes: ql[128], qh[64], 16 int8 scales, d): per block the integer
+// lanes (Q6CHUNK ×8, the scales widened to int16 pairs on the stack) are
+// converted to float32, multiplied by d·D[b] and added to the float
+// lanes, which are stored for the caller to add in order (dotQ6K).
+TEXT ·q6KDotAVX2(SB), NOSPLIT, $32-40
+	MOVQ row+0(FP), SI
 	MOVQ q8+8(FP), DI
-	MOVQ scales+16(FP), BX
-	MOVQ aux+24(FP), DX
+	MOVQ d+16(FP), R9
+	MOVQ nb+24(FP), CX
 	MOVL $0x0f0f0f0f, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 	MOVL $0x03030303, AX
 	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
-	MOVL $0x00200020, AX
+	MOVL $0x20202020, AX
 	VMOVD AX, X13
 	VPBROADCASTD X13, Y13
+	VMOVDQU lanePairs<>(SB), Y12
+	VXORPS Y8, Y8, Y8
+	LEAQ 0(SP), BX
+
+q6kblock:
+	VPMOVSXBW 192(SI), Y11
+	VMOVDQU Y11, (BX)
 	VPXOR Y10, Y10, Y10
 	LEAQ 128(SI), R8
 	Q6CHUNK(0, 0, 0, 0, 0)
@@ -169,7 +439,23 @@ TEXT ·q6KLanesAVX2(SB), NOSPLIT, $0-32
 	Q6CHUNK(96, 0, 2, 160, 20)
 	Q6CHUNK(64, 4, 4, 192, 24)
 	Q6CHUNK(96, 4, 6, 224, 28)
-	VMOVDQU Y10, (DX)
+	VCVTDQ2PS Y10, Y10
+	MOVWLZX 208(SI), AX
+	VMOVD AX, X11
+	VCVTPH2PS X11, X11
+	VMULSS (R9), X11, X11
+	VBROADCASTSS X11, Y11
+	VMULPS Y11, Y10, Y10
+	VADDPS Y10, Y8, Y8
+
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	DECQ CX
+	JNE q6kblock
+
+	MOVQ lanes+32(FP), DX
+	VMOVUPS Y8, (DX)
 	VZEROUPPER
 	RET
 

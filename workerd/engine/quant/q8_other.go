@@ -2,11 +2,15 @@
 
 package quant
 
-func blockDotsQ8_0(row []byte, q []int8, out []int32) bool { return false }
+const haveAVX2 = false
 
-func q4KLanes(qs []byte, q8 []int8, scales *[4]uint32, aux *[8]int32) bool { return false }
+func dotQ8_0Vec(row []byte, a *Act) (float32, bool) { return 0, false }
 
-func q6KLanes(blk []byte, q8 []int8, scales *[8]uint32, aux *[8]int32) bool { return false }
+func dotQ8_0x4(row []byte, a *[4]*Act, out *[4]float32) bool { return false }
+
+func q4KVec(row []byte, a *Act, lanes *[8]float32) (float32, bool) { return 0, false }
+
+func q6KVec(row []byte, a *Act, lanes *[8]float32) bool { return false }
 
 func dotF32Vec(w, x []float32) (float64, int) { return 0, 0 }
 

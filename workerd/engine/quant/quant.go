@@ -245,26 +245,17 @@ func DotF16(w []uint16, x []float32) float32 {
 	return float32((s0 + s1) + (s2 + s3))
 }
 
-// dotQ8_0 is ggml_vec_dot_q8_0_q8_0: exact int32 sums per block, scaled
-// and summed in float32 in block order.
+// dotQ8_0 is ggml_vec_dot_q8_0_q8_0's reference (the scalar kernel an
+// Ollama built without AVX runs): exact int32 sums per block, scaled and
+// summed in float32 in block order. The assembly computes the block
+// terms eight at a time and adds them in the same order.
 //
 //go:norace
 func dotQ8_0(row []byte, a *Act) float32 {
-	const bs = 2 + QK8_0
-	nb := len(a.D)
-	row = row[:nb*bs]
-	var sumf float32
-	var sums [64]int32
-	for c := 0; c < nb; c += len(sums) {
-		n := min(len(sums), nb-c)
-		if !blockDotsQ8_0(row[c*bs:(c+n)*bs], a.Q[c*QK8_0:(c+n)*QK8_0], sums[:n]) {
-			return dotQ8_0Portable(row, a)
-		}
-		for i, sumi := range sums[:n] {
-			sumf += float32(float32(sumi) * float32(f16at(row, (c+i)*bs)*a.D[c+i]))
-		}
+	if s, ok := dotQ8_0Vec(row, a); ok {
+		return s
 	}
-	return sumf
+	return dotQ8_0Portable(row, a)
 }
 
 // dotQ8_0Portable is dotQ8_0 in plain Go.
@@ -293,6 +284,34 @@ func dotQ8_0Portable(row []byte, a *Act) float32 {
 	return sumf
 }
 
+// DotTile writes Dot(row, &acts[i]) to out[i] for every activation, bit
+// for bit, the row read from memory once for all of them: a batch's
+// matrix product (prefill, verification) tiles over its positions this
+// way, Q8_0 rows four activations at a time (each weight block loaded
+// and prepared once for the four), and each result is the one a batch
+// of one gets. Every activation must be prepared for the row's type and
+// length.
+//
+//go:norace
+func DotTile(row []byte, acts []Act, out []float32) {
+	out = out[:len(acts)]
+	i := 0
+	if len(acts) >= 4 && acts[0].Type == gguf.Q8_0 {
+		var tile [4]*Act
+		for ; i+4 <= len(acts); i += 4 {
+			for k := range tile {
+				tile[k] = &acts[i+k]
+			}
+			if !dotQ8_0x4(row, &tile, (*[4]float32)(out[i:i+4])) {
+				break
+			}
+		}
+	}
+	for ; i < len(acts); i++ {
+		out[i] = Dot(row, &acts[i])
+	}
+}
+
 // scaleMinK4 decodes the 8 six-bit scales and mins of a Q4_K block
 // (ggml's get_scale_min_k4).
 //
@@ -319,43 +338,17 @@ const q6KBytes = 210
 // dotQ4K is ggml_vec_dot_q4_K_q8_K's reference: eight integer lanes per
 // super-block (lane = element index mod 8), scaled into eight float
 // lanes, mins subtracted, lanes summed at the end — the same float
-// operations in the same order. The lanes are unrolled into locals.
+// operations in the same order, in assembly where the CPU allows.
 //
 //go:norace
 func dotQ4K(row []byte, a *Act) float32 {
-	if !haveAVX2 {
+	var s [8]float32
+	sumf, ok := q4KVec(row, a, &s)
+	if !ok {
 		return dotQ4KPortable(row, a)
 	}
-	nb := len(a.D)
-	row = row[:nb*q4KBytes]
-	var s [8]float32
-	var sumf float32
-	var pairs [4]uint32
-	var aux [8]int32
-	for b := 0; b < nb; b++ {
-		blk := row[b*q4KBytes : (b+1)*q4KBytes]
-		q := blk[4:16:16]
-		// The six-bit scales (scaleMinK4, written out): pairs feed the
-		// assembly, the mins weigh the activations' sums.
-		pairs[0] = uint32(q[0]&63) | uint32(q[1]&63)<<16
-		pairs[1] = uint32(q[2]&63) | uint32(q[3]&63)<<16
-		pairs[2] = uint32(q[8]&0xF|(q[0]>>6)<<4) | uint32(q[9]&0xF|(q[1]>>6)<<4)<<16
-		pairs[3] = uint32(q[10]&0xF|(q[2]>>6)<<4) | uint32(q[11]&0xF|(q[3]>>6)<<4)<<16
-		q4KLanes(blk[16:144], a.Q[b*QKK:(b+1)*QKK], &pairs, &aux)
-		s2 := a.Sums32[b*8 : b*8+8 : b*8+8]
-		summ := int32(s2[0])*int32(q[4]&63) + int32(s2[1])*int32(q[5]&63) +
-			int32(s2[2])*int32(q[6]&63) + int32(s2[3])*int32(q[7]&63) +
-			int32(s2[4])*int32(q[8]>>4|(q[4]>>6)<<4) + int32(s2[5])*int32(q[9]>>4|(q[5]>>6)<<4) +
-			int32(s2[6])*int32(q[10]>>4|(q[6]>>6)<<4) + int32(s2[7])*int32(q[11]>>4|(q[7]>>6)<<4)
-		d := f16at(blk, 0) * a.D[b]
-		for l := range s {
-			s[l] += float32(d * float32(aux[l]))
-		}
-		dmin := f16at(blk, 2) * a.D[b]
-		sumf -= float32(dmin * float32(summ))
-	}
-	for l := range s {
-		sumf += s[l]
+	for _, v := range s {
+		sumf += v
 	}
 	return sumf
 }
@@ -437,34 +430,18 @@ func dotQ4KPortable(row []byte, a *Act) float32 {
 	return sumf
 }
 
-// dotQ6K is ggml_vec_dot_q6_K_q8_K's reference, lane for lane, decoding
-// the six-bit quants in place instead of through a buffer.
+// dotQ6K is ggml_vec_dot_q6_K_q8_K's reference, lane for lane, in
+// assembly where the CPU allows.
 //
 //go:norace
 func dotQ6K(row []byte, a *Act) float32 {
-	if !haveAVX2 {
+	var s [8]float32
+	if !q6KVec(row, a, &s) {
 		return dotQ6KPortable(row, a)
 	}
-	nb := len(a.D)
-	row = row[:nb*q6KBytes]
-	var s [8]float32
-	for b := 0; b < nb; b++ {
-		blk := row[b*q6KBytes : (b+1)*q6KBytes]
-		sc := i8s(blk[192:208])
-		var pairs [8]uint32
-		for i := range pairs {
-			pairs[i] = uint32(uint16(int16(sc[2*i]))) | uint32(uint16(int16(sc[2*i+1])))<<16
-		}
-		var aux [8]int32
-		q6KLanes(blk, a.Q[b*QKK:(b+1)*QKK], &pairs, &aux)
-		d := f16at(blk, 208) * a.D[b]
-		for l := range s {
-			s[l] += float32(d * float32(aux[l]))
-		}
-	}
 	var sumf float32
-	for l := range s {
-		sumf += s[l]
+	for _, v := range s {
+		sumf += v
 	}
 	return sumf
 }

@@ -211,3 +211,37 @@ func TestFloatDotsAnyLength(t *testing.T) {
 		}
 	}
 }
+
+// TestDotTileIsDot: the tiled products give each activation exactly the
+// bits of its own Dot, whatever the tile's size, for every type (the
+// batch-size independence speculative decoding relies on).
+func TestDotTileIsDot(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
+		for trial := 0; trial < 12; trial++ {
+			n := 256 * (1 + trial%3)
+			if typ == gguf.Q8_0 {
+				n = 32 * (4 + trial) // blocks a multiple of four (tiled) or not
+			}
+			row := randomRow(r, typ, n)
+			if typ == gguf.Q8_0 && trial%2 == 0 {
+				row[2] = 0x80 // a weight of -128
+			}
+			acts := make([]Act, 1+trial)
+			for i := range acts {
+				x := make([]float32, n)
+				for j := range x {
+					x[j] = float32(r.NormFloat64())
+				}
+				acts[i].Prepare(typ, x)
+			}
+			out := make([]float32, len(acts))
+			DotTile(row, acts, out)
+			for i := range acts {
+				if want := Dot(row, &acts[i]); math.Float32bits(out[i]) != math.Float32bits(want) {
+					t.Fatalf("%s, %d activations: activation %d: tile %g, alone %g", typ, len(acts), i, out[i], want)
+				}
+			}
+		}
+	}
+}
