@@ -622,6 +622,12 @@ func (j *jobRun) apply(clientCtx context.Context, m any) (outcome, bool, error) 
 			}
 			j.slowestWrite = max(j.slowestWrite, time.Since(wrote))
 		}
+		// The chunk's deltas reach the client in one write.
+		wrote := time.Now()
+		if err := j.out.push(); err != nil {
+			return outcomeFailed, true, j.end(clientCtx, "client_gone", nil)
+		}
+		j.slowestWrite = max(j.slowestWrite, time.Since(wrote))
 		return 0, false, nil
 	case *relaymsg.Done:
 		if why := j.checkReceipt(m); why != "" {

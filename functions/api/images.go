@@ -229,6 +229,7 @@ type imageSink struct{}
 
 func (imageSink) keepAlive()                         {}
 func (imageSink) delta(oaiwire.Delta) error          { return nil }
+func (imageSink) push() error                        { return nil }
 func (imageSink) finish(string, oaiwire.Usage) error { return nil }
 func (imageSink) fail(err error) error               { return err }
 func (imageSink) committed() bool                    { return false }

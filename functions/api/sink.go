@@ -15,8 +15,12 @@ import (
 type sink interface {
 	// keepAlive is called while the job waits for a worker.
 	keepAlive()
-	// delta writes (or buffers) one increment of the reply.
+	// delta writes (or buffers) one increment of the reply. What a
+	// stream writes reaches the client at the next push.
 	delta(d oaiwire.Delta) error
+	// push sends the client what delta wrote: the deltas of one relayed
+	// chunk go in one write (and one system call), not one each.
+	push() error
 	// finish ends a complete reply.
 	finish(reason string, usage oaiwire.Usage) error
 	// fail ends the reply with an error: a real HTTP status while nothing
@@ -93,7 +97,16 @@ type chunkJSON struct {
 	Usage   any                   `json:"usage,omitempty"`
 }
 
+// event writes one event and flushes it to the client.
 func (s *streamSink) event(v any) error {
+	if err := s.write(v); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+// write writes one event into the response's buffer; flush sends it.
+func (s *streamSink) write(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -102,10 +115,8 @@ func (s *streamSink) event(v any) error {
 	buf = append(buf, "data: "...)
 	buf = append(buf, b...)
 	buf = append(buf, '\n', '\n')
-	if _, err := s.w.Write(buf); err != nil {
-		return err
-	}
-	return s.flush()
+	_, err = s.w.Write(buf)
+	return err
 }
 
 // flush pushes what was written to the client. A writer that cannot flush
@@ -125,7 +136,7 @@ func (s *streamSink) delta(d oaiwire.Delta) error {
 	s.start()
 	if !s.roleSent {
 		s.roleSent = true
-		if err := s.event(s.chunk(oaiwire.Delta{Role: "assistant"}, nil)); err != nil {
+		if err := s.write(s.chunk(oaiwire.Delta{Role: "assistant"}, nil)); err != nil {
 			return err
 		}
 	}
@@ -134,7 +145,14 @@ func (s *streamSink) delta(d oaiwire.Delta) error {
 	}
 	d.Role = ""
 	s.tokensSent = true
-	return s.event(s.chunk(d, nil))
+	return s.write(s.chunk(d, nil))
+}
+
+func (s *streamSink) push() error {
+	if !s.headersSent {
+		return nil
+	}
+	return s.flush()
 }
 
 func (s *streamSink) finish(reason string, usage oaiwire.Usage) error {
@@ -242,6 +260,7 @@ func (b *bufferSink) finish(reason string, usage oaiwire.Usage) error {
 		Model: b.model, Choices: []oaiwire.Choice{{Index: 0, Message: msg, FinishReason: reason}}, Usage: usage})
 }
 
+func (b *bufferSink) push() error          { return nil }
 func (b *bufferSink) fail(err error) error { return err }
 func (b *bufferSink) committed() bool      { return false }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/relaymsg"
@@ -58,8 +59,74 @@ type Dispatcher struct {
 	now   func() time.Time
 	log   *slog.Logger
 	// pick returns a number in [0, n); weighted choice draws from it.
-	pick func(n int64) int64
-	idle idleCache
+	pick   func(n int64) int64
+	idle   idleCache
+	claims claims
+}
+
+// claims are the jobs whose Assign is running in this dispatcher. Dispatch
+// leaves such a job to its claimer instead of racing it for a worker (in
+// the API, a request claims its own job right after admitting it, while
+// every completion dispatches the queue): the race cost both a store write
+// that lost and a re-read of the job. So that the job never waits while a
+// worker is idle, a Dispatch that skips it tells the claimer to look again
+// before giving up (the worker that turned idle was listed before that
+// Dispatch ran).
+type claims struct {
+	mu sync.Mutex
+	// jobs maps a job being claimed to whether a Dispatch skipped it
+	// meanwhile.
+	jobs map[string]*claim
+}
+
+type claim struct {
+	n     int  // Assigns of the job running here (normally one)
+	again bool // a Dispatch skipped the job while they ran
+}
+
+// begin records a claim of job.
+func (c *claims) begin(job string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.jobs == nil {
+		c.jobs = map[string]*claim{}
+	}
+	cl := c.jobs[job]
+	if cl == nil {
+		cl = &claim{}
+		c.jobs[job] = cl
+	}
+	cl.n++
+}
+
+// finish ends a claim of job that found no worker, unless a Dispatch
+// skipped the job meanwhile: then it reports true, and the claim looks
+// again.
+func (c *claims) finish(job string, found bool) (again bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.jobs[job]
+	if !found && cl.again {
+		cl.again = false
+		return true
+	}
+	if cl.n--; cl.n == 0 {
+		delete(c.jobs, job)
+	}
+	return false
+}
+
+// skip reports whether job is being claimed here, and if so asks the
+// claim to look again before it gives up.
+func (c *claims) skip(job string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.jobs[job]
+	if cl == nil {
+		return false
+	}
+	cl.again = true
+	return true
 }
 
 // New makes a Dispatcher.
@@ -81,7 +148,21 @@ func New(s Store, p Poster, log *slog.Logger) *Dispatcher {
 // Only eligible workers are chosen (see eligible): not those in exclude
 // (ones that failed this job), none that cannot serve the job's needs, no
 // quarantined one for a real job, and only the target for a targeted one.
+//
+// While it runs, a Dispatch in this dispatcher leaves the job to it (see
+// claims).
 func (d *Dispatcher) Assign(ctx context.Context, job store.Job, exclude ...string) (assigned store.Job, ok bool, err error) {
+	d.claims.begin(job.ID)
+	for {
+		assigned, ok, err = d.assign(ctx, job, exclude)
+		if !d.claims.finish(job.ID, ok || err != nil) {
+			return assigned, ok, err
+		}
+	}
+}
+
+// assign is one try of Assign.
+func (d *Dispatcher) assign(ctx context.Context, job store.Job, exclude []string) (assigned store.Job, ok bool, err error) {
 	cached, gen := d.idle.take(job.Model, d.now())
 	workers := eligible(cached, job, exclude)
 	fresh := false
@@ -241,6 +322,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, models []string) (int, error)
 			}
 			progress := false
 			for _, job := range jobs {
+				if d.claims.skip(job.ID) {
+					continue // its claimer takes it, looking again first
+				}
 				assigned, ok, err := d.Assign(ctx, job)
 				if err != nil {
 					return n, err

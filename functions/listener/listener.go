@@ -62,6 +62,49 @@ type Config struct {
 	Log    *slog.Logger
 	// RollAfter overrides rollAfter (tests).
 	RollAfter time.Duration
+	// Local, when set, connects in process to a relay running in this
+	// process (the dev stack's: relay.Local.Connect) instead of dialing
+	// URL: the relay hands each message to the listener on the poster's
+	// goroutine, with no socket, frame or reader goroutine between them.
+	// The connection is otherwise the same — hello and welcome, ids,
+	// heartbeats, rolling, loss — so the rest of the listener cannot
+	// tell. recv must not block; ended is called once when the
+	// connection ends.
+	Local func(ctx context.Context, h http.Header, recv func([]byte), ended func(code int, reason string)) (LocalLink, error)
+}
+
+// LocalLink is an in-process connection to the relay (relay.LocalConn).
+type LocalLink interface {
+	// Send sends one message to the relay.
+	Send(ctx context.Context, data []byte) error
+	// Ping fails once the connection has ended.
+	Ping(ctx context.Context) error
+	// Close ends the connection with a WebSocket close code and reason.
+	Close(code int, reason string) error
+}
+
+// link is what the listener does with its relay connection: a WebSocket
+// (*websocket.Conn), or an in-process connection (localLink).
+type link interface {
+	Write(ctx context.Context, typ websocket.MessageType, p []byte) error
+	Ping(ctx context.Context) error
+	Close(code websocket.StatusCode, reason string) error
+	CloseNow() error
+}
+
+// localLink is a LocalLink as a link.
+type localLink struct{ LocalLink }
+
+func (l localLink) Write(ctx context.Context, _ websocket.MessageType, p []byte) error {
+	return l.Send(ctx, p)
+}
+
+func (l localLink) Close(code websocket.StatusCode, reason string) error {
+	return l.LocalLink.Close(int(code), reason)
+}
+
+func (l localLink) CloseNow() error {
+	return l.LocalLink.Close(int(websocket.StatusGoingAway), "closed")
 }
 
 // Listener keeps a relay connection up and routes messages to jobs.
@@ -78,7 +121,7 @@ type Listener struct {
 }
 
 type conn struct {
-	ws   *websocket.Conn
+	ws   link
 	id   string
 	born time.Time
 	jobs int // mailboxes addressed to this connection
@@ -143,6 +186,9 @@ func (l *Listener) Close() error {
 func (l *Listener) dial(ctx context.Context) (*conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if l.cfg.Local != nil {
+		return l.connectLocal(dctx)
+	}
 	ws, _, err := websocket.Dial(dctx, l.cfg.URL, &websocket.DialOptions{
 		HTTPHeader: http.Header{relaymsg.HeaderListener: []string{l.cfg.Secret}},
 	})
@@ -175,8 +221,79 @@ func (l *Listener) dial(ctx context.Context) (*conn, error) {
 	}
 	c := &conn{ws: ws, id: w.Conn, born: time.Now()}
 	c.seen.Store(time.Now().UnixNano())
-	go l.read(c)
+	go l.read(c, ws)
 	return c, nil
+}
+
+// connectLocal opens an in-process connection (Config.Local): the same
+// hello and welcome as dial, then every message the relay posts is routed
+// on the relay's goroutine.
+func (l *Listener) connectLocal(ctx context.Context) (*conn, error) {
+	c := &conn{born: time.Now()}
+	var ready atomic.Bool
+	welcome := make(chan []byte, 1)
+	recv := func(b []byte) {
+		if !ready.Load() {
+			select { // the welcome: nothing else is addressed here yet
+			case welcome <- b:
+			default:
+			}
+			return
+		}
+		l.routeSafely(c, b)
+	}
+	ended := func(code int, reason string) {
+		l.lose(c, fmt.Errorf("in-process relay connection closed: %d %s", code, reason))
+	}
+	lk, err := l.cfg.Local(ctx, http.Header{relaymsg.HeaderListener: []string{l.cfg.Secret}}, recv, ended)
+	if err != nil {
+		return nil, fmt.Errorf("listener: connect in process: %w", err)
+	}
+	c.ws = localLink{lk}
+	hello, err := relaymsg.Encode(&relaymsg.Hello{})
+	if err != nil {
+		return nil, err
+	}
+	if err := lk.Send(ctx, hello); err != nil {
+		c.ws.CloseNow()
+		return nil, fmt.Errorf("listener: hello: %w", err)
+	}
+	var b []byte
+	select {
+	case b = <-welcome:
+	case <-ctx.Done():
+		c.ws.CloseNow()
+		return nil, fmt.Errorf("listener: welcome: %w", ctx.Err())
+	}
+	m, err := relaymsg.Decode(b)
+	if err != nil {
+		c.ws.CloseNow()
+		return nil, fmt.Errorf("listener: welcome: %w", err)
+	}
+	w, ok := m.(*relaymsg.Welcome)
+	if !ok {
+		c.ws.CloseNow()
+		return nil, fmt.Errorf("listener: expected welcome, got %T", m)
+	}
+	c.id = w.Conn
+	c.seen.Store(time.Now().UnixNano())
+	ready.Store(true)
+	return c, nil
+}
+
+// routeSafely routes one message of an in-process connection. A bad
+// message must not take the relay's goroutine (and the API) down: the
+// connection is given up instead, as the reader gives up a WebSocket.
+func (l *Listener) routeSafely(c *conn, b []byte) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.cfg.Log.Error("relay listener panicked on a message", "panic", p)
+			l.lose(c, fmt.Errorf("listener panicked: %v", p))
+			c.ws.CloseNow()
+		}
+	}()
+	c.seen.Store(time.Now().UnixNano())
+	l.route(b)
 }
 
 // checkAfter is how long a connection may go unheard before Check pings it.
@@ -288,7 +405,7 @@ func (l *Listener) retire(c *conn) {
 	// Otherwise the last mailbox to close does it (Mailbox.Close).
 }
 
-func (l *Listener) read(c *conn) {
+func (l *Listener) read(c *conn, ws *websocket.Conn) {
 	defer func() {
 		// Whatever a peer sent, a bad message must not take the API (and
 		// every stream in it) down: the connection is given up instead,
@@ -300,41 +417,46 @@ func (l *Listener) read(c *conn) {
 		}
 	}()
 	for {
-		_, b, err := c.ws.Read(context.Background())
+		_, b, err := ws.Read(context.Background())
 		if err != nil {
 			l.lose(c, err)
 			return
 		}
 		c.seen.Store(time.Now().UnixNano())
-		m, err := relaymsg.Decode(b)
-		if err != nil {
-			l.cfg.Log.Warn("bad message from relay", "err", err)
-			continue
-		}
-		var job string
-		switch m := m.(type) {
-		case *relaymsg.Assign:
-			job = m.Job
-		case *relaymsg.Lost:
-			job = m.Job
-		case *relaymsg.Chunk:
-			job = m.Job
-		case *relaymsg.Done:
-			job = m.Job
-		case *relaymsg.Fail:
-			job = m.Job
-		case *relaymsg.Error:
-			l.cfg.Log.Warn("relay reported an error", "code", m.Code, "message", m.Message)
-			continue
-		default:
-			continue
-		}
-		l.mu.Lock()
-		box := l.boxes[job]
-		l.mu.Unlock()
-		if box != nil {
-			box.put(m, len(b))
-		}
+		l.route(b)
+	}
+}
+
+// route hands one message from the relay to the mailbox of its job.
+func (l *Listener) route(b []byte) {
+	m, err := relaymsg.Decode(b)
+	if err != nil {
+		l.cfg.Log.Warn("bad message from relay", "err", err)
+		return
+	}
+	var job string
+	switch m := m.(type) {
+	case *relaymsg.Assign:
+		job = m.Job
+	case *relaymsg.Lost:
+		job = m.Job
+	case *relaymsg.Chunk:
+		job = m.Job
+	case *relaymsg.Done:
+		job = m.Job
+	case *relaymsg.Fail:
+		job = m.Job
+	case *relaymsg.Error:
+		l.cfg.Log.Warn("relay reported an error", "code", m.Code, "message", m.Message)
+		return
+	default:
+		return
+	}
+	l.mu.Lock()
+	box := l.boxes[job]
+	l.mu.Unlock()
+	if box != nil {
+		box.put(m, len(b))
 	}
 }
 

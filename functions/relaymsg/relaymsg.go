@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
@@ -264,6 +265,15 @@ func Decode(b []byte) (any, error) {
 	if len(b) > MaxMessage {
 		return nil, ErrTooLarge
 	}
+	if m, ok := decodeFast(b); ok {
+		return m, nil
+	}
+	return decodeGeneral(b)
+}
+
+// decodeGeneral is Decode for any input within MaxMessage: the header,
+// then the message it names.
+func decodeGeneral(b []byte) (any, error) {
 	var h Header
 	if err := json.Unmarshal(b, &h); err != nil {
 		return nil, fmt.Errorf("relaymsg: not a JSON object with v and type: %w", err)
@@ -283,21 +293,67 @@ func Decode(b []byte) (any, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("relaymsg: %s: trailing data after the message", h.Type)
 	}
+	if err := check(m, h.Type); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// encodedPrefix is how every message Encode writes begins: its header,
+// version first, then the type.
+var encodedPrefix = []byte(`{"v":` + strconv.Itoa(Version) + `,"type":"`)
+
+// decodeFast decodes a message that begins as Encode writes it in one
+// parse, where Decode's general path parses the header first and then the
+// message. It reports false for anything it does not decode and accept
+// exactly as that path would — another shape, a syntax error, a header
+// that a later duplicate key changes, a message the checks refuse — so
+// Decode's own path gives the answer, and its error, for those.
+func decodeFast(b []byte) (any, bool) {
+	rest, ok := bytes.CutPrefix(b, encodedPrefix)
+	if !ok {
+		return nil, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return nil, false
+	}
+	typ := string(rest[:end])
+	newMsg, ok := constructors[typ]
+	if !ok {
+		return nil, false
+	}
+	m := newMsg()
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, false
+	}
+	if h, _ := headerOf(m); h == nil || h.V != Version || h.Type != typ {
+		return nil, false
+	}
+	if check(m, typ) != nil {
+		return nil, false
+	}
+	return m, true
+}
+
+// check is what Decode requires of a decoded message of type typ beyond
+// its JSON shape.
+func check(m any, typ string) error {
 	if r, ok := m.(*Register); ok && len(r.Models) == 0 && !r.Ring {
-		return nil, errors.New("relaymsg: register: no models, and not a ring member")
+		return errors.New("relaymsg: register: no models, and not a ring member")
 	}
 	if c, ok := m.(*Chunk); ok && (len(c.Deltas) == 0) == (c.Image == nil) {
-		return nil, errors.New("relaymsg: chunk: want Deltas (at least one) or Image, exactly one of them")
+		return errors.New("relaymsg: chunk: want Deltas (at least one) or Image, exactly one of them")
 	}
 	if err := validate.Struct(m); err != nil {
-		return nil, fmt.Errorf("relaymsg: %s: %w", h.Type, err)
+		return fmt.Errorf("relaymsg: %s: %w", typ, err)
 	}
 	if j, ok := m.(*Job); ok {
 		if err := oaiwire.Validate(&j.Request); err != nil {
-			return nil, fmt.Errorf("relaymsg: job request: %w", err)
+			return fmt.Errorf("relaymsg: job request: %w", err)
 		}
 	}
-	return m, nil
+	return nil
 }
 
 // Encode stamps the header and marshals a message (a pointer to one of the

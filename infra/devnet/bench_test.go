@@ -2,17 +2,30 @@ package devnet_test
 
 import (
 	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/c0mpute/c0mpute/functions/catalog"
+	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/infra/devnet"
+	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/backend/openaicompat"
 )
 
@@ -43,7 +56,7 @@ func pacedServer(tokens int, interval time.Duration) *httptest.Server {
 // streamTimes posts a streaming request and returns, for each content
 // token, its arrival time minus its scheduled offset k*interval, measured
 // from the moment the request was sent.
-func streamTimes(url, key string, tokens int, interval time.Duration) ([]time.Duration, error) {
+func streamTimes(client *http.Client, url, key string, tokens int, interval time.Duration) ([]time.Duration, error) {
 	body := fmt.Sprintf(`{"model":"paced","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"go"}]}`, tokens)
 	req, err := http.NewRequest(http.MethodPost, url+"/chat/completions", strings.NewReader(body))
 	if err != nil {
@@ -53,7 +66,7 @@ func streamTimes(url, key string, tokens int, interval time.Duration) ([]time.Du
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -85,16 +98,26 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
 
+// benchClient is the load generator's HTTP client: keep-alive connections
+// for every concurrent stream (net/http keeps two per host by default), so
+// neither the direct nor the gateway measurement pays a TCP dial per
+// request.
+func benchClient(streams int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2*streams+16, 2*streams+16
+	return &http.Client{Transport: t}
+}
+
 // measure runs rounds of `streams` concurrent requests against url and
 // returns first-token and per-token latencies.
-func measure(b *testing.B, url, key string, streams, tokens int, interval time.Duration) (ttft, perToken []time.Duration, elapsed time.Duration) {
+func measure(b *testing.B, client *http.Client, url, key string, streams, tokens int, interval time.Duration) (ttft, perToken []time.Duration, elapsed time.Duration) {
 	var mu sync.Mutex
 	start := time.Now()
 	for range b.N {
 		var wg sync.WaitGroup
 		for range streams {
 			wg.Go(func() {
-				ts, err := streamTimes(url, key, tokens, interval)
+				ts, err := streamTimes(client, url, key, tokens, interval)
 				if err != nil {
 					b.Error(err)
 					return
@@ -113,9 +136,23 @@ func measure(b *testing.B, url, key string, streams, tokens int, interval time.D
 // BenchmarkAddedLatency measures what the whole local path (gateway →
 // relay → workerd → backend → workerd → relay → gateway) adds to a stream,
 // against calling the same backend directly, at 1 and 200 concurrent
-// streams; and the relayed tokens/s when the backend does not pace.
+// streams; the relayed tokens/s; and the gateway's own CPU time per request
+// and per relayed token.
+//
+// The gateway (API, relay, relay function, listener, store) runs as a
+// process of its own (gatewayProcess); the load generator, the scripted
+// backend and the workers run in this one. Its CPU time is the difference
+// of its getrusage(RUSAGE_SELF) user+system time across the gateway
+// measurement, so the other parts on the same cores do not count. With
+// C0MPUTE_BENCH_LOOPBACK=1 the gateway's own relay traffic crosses
+// loopback sockets (devnet.Config.Loopback: SDK posts to the HTTP
+// management API, a WebSocket listener), for comparison;
+// with C0MPUTE_BENCH_GATEWAY_PROFILE=path it writes a CPU profile of
+// itself there (one file per sub-benchmark, suffixed with its index);
+// C0MPUTE_BENCH_BATCH=1ms sets the workers' batching window (default
+// devnet.DevBatchWindow).
 func BenchmarkAddedLatency(b *testing.B) {
-	for _, c := range []struct {
+	for i, c := range []struct {
 		streams  int
 		tokens   int
 		interval time.Duration
@@ -128,23 +165,229 @@ func BenchmarkAddedLatency(b *testing.B) {
 		b.Run(fmt.Sprintf("streams=%d/tokens=%d/interval=%s", c.streams, c.tokens, c.interval), func(b *testing.B) {
 			backendSrv := pacedServer(c.tokens, c.interval)
 			defer backendSrv.Close()
-			limits := devnet.ScriptedLimits()
-			limits.RatePerMinute = 1 << 40
 			b.StopTimer()
-			env := newEnv(b, envOptions{credits: 1 << 40, limits: &limits, models: []catalog.Model{{ID: "paced", Price: 1}}})
-			for range c.streams {
-				env.startWorker(openaicompat.New(backendSrv.URL+"/v1"), map[string]string{"paced": "paced"})
+			gw := startGateway(b, c.streams, i)
+			for k := range c.streams {
+				gw.startWorker(b, k, openaicompat.New(backendSrv.URL+"/v1"), map[string]string{"paced": "paced"})
 			}
-			env.waitWorkers("paced", c.streams)
+			gw.waitWorkers(b, "paced", c.streams)
+			client := benchClient(c.streams)
 			b.StartTimer()
-			dTTFT, dTok, _ := measure(b, backendSrv.URL+"/v1", "", c.streams, c.tokens, c.interval)
-			gTTFT, gTok, elapsed := measure(b, env.stack.APIURL, env.apiKey, c.streams, c.tokens, c.interval)
+			dTTFT, dTok, _ := measure(b, client, backendSrv.URL+"/v1", "", c.streams, c.tokens, c.interval)
+			before := gw.rusage(b)
+			gTTFT, gTok, elapsed := measure(b, client, gw.APIURL, gw.APIKey, c.streams, c.tokens, c.interval)
+			cpu := gw.rusage(b) - before
 			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			relayed := len(gTok) + len(gTTFT)
 			b.ReportMetric(us(pct(gTTFT, .5)-pct(dTTFT, .5)), "added-ttft-p50-µs")
 			b.ReportMetric(us(pct(gTTFT, .99)-pct(dTTFT, .99)), "added-ttft-p99-µs")
 			b.ReportMetric(us(pct(gTok, .5)-pct(dTok, .5)), "added-token-p50-µs")
 			b.ReportMetric(us(pct(gTok, .99)-pct(dTok, .99)), "added-token-p99-µs")
-			b.ReportMetric(float64(len(gTok)+len(gTTFT))/elapsed.Seconds(), "relayed-tok/s")
+			b.ReportMetric(float64(relayed)/elapsed.Seconds(), "relayed-tok/s")
+			b.ReportMetric(us(cpu)/float64(len(gTTFT)), "gw-cpu-µs/req")
+			b.ReportMetric(us(cpu)/float64(relayed), "gw-cpu-µs/tok")
 		})
+	}
+}
+
+// gatewayEnv names the environment variable that makes TestGatewayProcess
+// the benchmark's gateway.
+const gatewayEnv = "C0MPUTE_BENCH_GATEWAY_PROCESS"
+
+// gatewayInfo is what the gateway process tells the benchmark on its first
+// line: where it listens and the credentials to use it.
+type gatewayInfo struct {
+	APIURL   string   `json:"api_url"`
+	RelayURL string   `json:"relay_url"`
+	APIKey   string   `json:"api_key"`
+	Tokens   []string `json:"worker_tokens"`
+}
+
+// gateway is a running gateway process.
+type gateway struct {
+	gatewayInfo
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+	mu  sync.Mutex
+}
+
+// startGateway runs this test binary's TestGatewayProcess as the gateway,
+// with worker tokens for workers workers.
+func startGateway(b *testing.B, workers, index int) *gateway {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGatewayProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), gatewayEnv+"=1", "C0MPUTE_BENCH_WORKERS="+strconv.Itoa(workers))
+	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_PROFILE"); p != "" {
+		cmd.Env = append(cmd.Env, "C0MPUTE_BENCH_GATEWAY_PROFILE="+p+"."+strconv.Itoa(index))
+	}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	g := &gateway{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	b.Cleanup(func() {
+		in.Close() // the gateway stops when its input ends
+		_, _ = io.Copy(io.Discard, out)
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("gateway process: %v", err)
+		}
+	})
+	if err := json.Unmarshal([]byte(g.line(b)), &g.gatewayInfo); err != nil {
+		b.Fatalf("gateway process: %v", err)
+	}
+	return g
+}
+
+// line reads the gateway's next answer line.
+func (g *gateway) line(b *testing.B) string {
+	b.Helper()
+	for g.out.Scan() {
+		if rest, ok := strings.CutPrefix(g.out.Text(), "gateway: "); ok {
+			return rest
+		}
+	}
+	b.Fatalf("gateway process ended: %v", g.out.Err())
+	return ""
+}
+
+// ask sends the gateway one command and returns its answer.
+func (g *gateway) ask(b *testing.B, cmd string) string {
+	b.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, err := fmt.Fprintln(g.in, cmd); err != nil {
+		b.Fatalf("gateway process: %v", err)
+	}
+	return g.line(b)
+}
+
+// rusage is the gateway process's CPU time so far, user and system.
+func (g *gateway) rusage(b *testing.B) time.Duration {
+	b.Helper()
+	ns, err := strconv.ParseInt(g.ask(b, "rusage"), 10, 64)
+	if err != nil {
+		b.Fatalf("gateway rusage: %v", err)
+	}
+	return time.Duration(ns)
+}
+
+// startWorker runs an in-process workerd on the gateway's k-th worker
+// token's account until the benchmark ends.
+func (g *gateway) startWorker(b *testing.B, k int, be *openaicompat.Backend, models map[string]string) {
+	b.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	a := agent.New(agent.Config{RelayURL: g.RelayURL, Token: g.Tokens[k/(store.MaxConnsPerToken/2)], Key: key, Backend: be,
+		Models: models, Log: testLog(b), Version: "bench", DrainTimeout: 5 * time.Second})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+}
+
+// waitWorkers waits until the gateway lists n idle workers for model.
+func (g *gateway) waitWorkers(b *testing.B, model string, n int) {
+	b.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := strconv.Atoi(g.ask(b, "idle "+model))
+		if err != nil {
+			b.Fatalf("gateway idle workers: %v", err)
+		}
+		if got >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatalf("fewer than %d workers registered for %s after 60 s", n, model)
+}
+
+// TestGatewayProcess is the benchmark's gateway process (startGateway); it
+// is skipped unless gatewayEnv is set. It runs a stack on the suite's store
+// with the paced model, writes a gatewayInfo line, then answers commands,
+// one a line, until its input ends: "rusage" (its CPU time in ns, user
+// plus system, from getrusage) and "idle MODEL" (how many idle workers the
+// store lists).
+func TestGatewayProcess(t *testing.T) {
+	if os.Getenv(gatewayEnv) == "" {
+		t.Skip("the benchmark's gateway process: runs only under BenchmarkAddedLatency")
+	}
+	workers, err := strconv.Atoi(os.Getenv("C0MPUTE_BENCH_WORKERS"))
+	if err != nil || workers < 1 {
+		t.Fatalf("C0MPUTE_BENCH_WORKERS=%q: want a positive count", os.Getenv("C0MPUTE_BENCH_WORKERS"))
+	}
+	limits := devnet.ScriptedLimits()
+	limits.RatePerMinute = 1 << 40
+	window := devnet.DevBatchWindow
+	if v := os.Getenv("C0MPUTE_BENCH_BATCH"); v != "" {
+		if window, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("C0MPUTE_BENCH_BATCH=%q: %v", v, err)
+		}
+	}
+	st := openStore(t)
+	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0", RelayAddr: "127.0.0.1:0",
+		Models: []catalog.Model{{ID: "paced", Price: 1}}, Limits: limits, BatchWindow: window, Log: testLog(t),
+		ManualSweep: true, Loopback: os.Getenv("C0MPUTE_BENCH_LOOPBACK") == "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stack.Close()
+	ctx := context.Background()
+	info := gatewayInfo{APIURL: stack.APIURL, RelayURL: stack.RelayURL}
+	if info.APIKey, err = stack.CreateAccount(ctx, "bench-client", 1<<40, "bench-grant"); err != nil {
+		t.Fatal(err)
+	}
+	for k := range (workers + store.MaxConnsPerToken/2 - 1) / (store.MaxConnsPerToken / 2) {
+		id := fmt.Sprintf("bench-contributor-%d", k)
+		if err := st.CreateAccount(ctx, store.Account{ID: id, CreatedAt: time.Now()}); err != nil && !errors.Is(err, store.ErrExists) {
+			t.Fatal(err)
+		}
+		tok, err := stack.IssueWorkerToken(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info.Tokens = append(info.Tokens, tok)
+	}
+	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_PROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	line, _ := json.Marshal(info)
+	fmt.Printf("gateway: %s\n", line)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch cmd := sc.Text(); {
+		case cmd == "rusage":
+			var ru syscall.Rusage
+			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("gateway: %d\n", ru.Utime.Nano()+ru.Stime.Nano())
+		case strings.HasPrefix(cmd, "idle "):
+			ws, err := st.IdleWorkers(ctx, strings.TrimPrefix(cmd, "idle "))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("gateway: %d\n", len(ws))
+		default:
+			t.Fatalf("gateway process: unknown command %q", cmd)
+		}
 	}
 }

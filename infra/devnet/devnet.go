@@ -8,7 +8,10 @@
 // to loopback and takes only calls signed with credentials made afresh for
 // each Stack, which only the stack's own posters hold, so nothing that can
 // reach the worker port can post to, read or drop a connection. Every
-// server bounds how long a client may take (Timeouts).
+// server bounds how long a client may take (Timeouts). The stack's own
+// relay traffic — its posts and its API listener — stays in the process
+// (relay.Local), with the same events, calls and errors; Config.Loopback
+// sends it through the sockets instead, as another process's goes.
 package devnet
 
 import (
@@ -25,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/c0mpute/c0mpute/functions/api"
@@ -85,6 +89,16 @@ type Config struct {
 	// (functions/canary) with these settings; Store, Gateway, Catalog,
 	// Secret and Log are the stack's.
 	Canaries *canary.Config
+	// Loopback makes the stack's own relay traffic cross loopback
+	// sockets, as another process's (and AWS's) does: its posts (the
+	// API's, the relay function's, dispatch's) go through the
+	// apigatewaymanagementapi client to the relay's HTTP management API,
+	// SigV4-signed, and the API listener joins the relay over a
+	// WebSocket. By default both stay in the process (relay.Local): the
+	// same calls, events and errors without the HTTP round trip, the
+	// SDK's middleware, the signature and the WebSocket frames, which
+	// guard or cross a boundary that one process does not have.
+	Loopback bool
 	// APIConnections, when set, wraps what the API reaches relay
 	// connections with (tests: a management API that answers late).
 	APIConnections func(api.Connections) api.Connections
@@ -194,9 +208,16 @@ func (t Timeouts) relayServer(h http.Handler) *http.Server {
 }
 
 // DevBatchWindow is the batching window of the local network: tokens
-// slower than 200/s per stream go one by one, faster bursts are gathered so
-// hundreds of streams do not flood the relay with one message per token.
-const DevBatchWindow = 5 * time.Millisecond
+// slower than 1,000/s per stream go one by one, faster bursts are gathered
+// so hundreds of streams do not flood the relay with one message per
+// token. A worker sends at most one chunk per window, so a token that
+// comes less than a window after the last chunk waits, and at a steady
+// rate near the window each waits nearly a window (5 ms, the window
+// before, added 5 ms to every token of a 200 tok/s stream); 1 ms is far
+// below any model's pace, and unpaced streams cost the gateway the same CPU
+// per token with it as with 5 ms (BenchmarkAddedLatency,
+// infra/devnet/PROFILE.md).
+const DevBatchWindow = time.Millisecond
 
 // Stack is a running gateway.
 type Stack struct {
@@ -205,7 +226,8 @@ type Stack struct {
 	// APIURL is the OpenAI base URL (…/v1); RelayURL the workers'
 	// WebSocket URL; ManagementURL the relay's @connections API
 	// (http://127.0.0.1:port), which takes only calls signed with the
-	// stack's own credentials (those of Conns).
+	// stack's own credentials (which only Conns holds, and uses when
+	// Config.Loopback is set).
 	APIURL        string
 	RelayURL      string
 	ManagementURL string
@@ -267,10 +289,25 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		RelayURL: "ws://" + relayLn.Addr().String(), APIURL: "http://" + apiLn.Addr().String() + "/v1",
 		ManagementURL: "http://" + mgmtLn.Addr().String()}
 	creds := newCredentials()
-	s.Conns = connections.NewLocal(s.ManagementURL, creds)
+	// The relay exists before its function: the in-process management
+	// API (relay.Local) the function posts through is the relay's. The
+	// relay invokes the function only once a connection arrives, after
+	// Start has set routes below.
+	var routes *relayroutes.Handler
+	opts := append([]relay.Option{relay.WithLogger(log.With("component", "relay"))}, cfg.RelayOptions...)
+	// The stack's credentials go after the caller's options, which cannot
+	// replace them: only the stack's posters hold them.
+	s.relay = relay.New(relay.HandlerFunc(func(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+		return routes.Handle(ctx, ev)
+	}), append(opts, relay.WithCredentials(creds.AccessKeyID, creds.SecretAccessKey))...)
+	if cfg.Loopback {
+		s.Conns = connections.NewLocal(s.ManagementURL, creds)
+	} else {
+		s.Conns = connections.New(s.relay.Local())
+	}
 	disp := dispatch.New(cfg.Store, s.Conns, log)
 	secret := randomHex(32)
-	routes := &relayroutes.Handler{Store: cfg.Store, Post: s.Conns, Dispatch: disp, Catalog: cat,
+	routes = &relayroutes.Handler{Store: cfg.Store, Post: s.Conns, Dispatch: disp, Catalog: cat,
 		ListenerSecret: secret, BatchWindow: cfg.BatchWindow, Log: log.With("component", "relay-function")}
 	if slices.ContainsFunc(cat.Models(), func(m catalog.Model) bool { return m.Ring != nil }) {
 		key := cfg.RingKey
@@ -292,10 +329,6 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 		routes.Rings = s.Rings
 	}
-	// The stack's credentials go after the caller's options, which cannot
-	// replace them: only s.Conns holds them.
-	opts := append([]relay.Option{relay.WithLogger(log.With("component", "relay"))}, cfg.RelayOptions...)
-	s.relay = relay.New(routes, append(opts, relay.WithCredentials(creds.AccessKeyID, creds.SecretAccessKey))...)
 	s.relaySrv = cfg.Timeouts.relayServer(s.relay)
 	s.mgmtSrv = cfg.Timeouts.relayServer(s.relay.Management())
 	go func() { s.serveErrs <- serve(s.relaySrv, relayLn) }()
@@ -305,7 +338,18 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
-	s.listener, err = listener.Start(ctx, listener.Config{URL: s.RelayURL, Secret: secret, Log: log.With("component", "listener")})
+	lcfg := listener.Config{URL: s.RelayURL, Secret: secret, Log: log.With("component", "listener")}
+	if !cfg.Loopback {
+		local := s.relay.Local()
+		lcfg.Local = func(ctx context.Context, h http.Header, recv func([]byte), ended func(int, string)) (listener.LocalLink, error) {
+			lc, err := local.Connect(ctx, h, recv, ended)
+			if err != nil {
+				return nil, err
+			}
+			return lc, nil
+		}
+	}
+	s.listener, err = listener.Start(ctx, lcfg)
 	if err != nil {
 		apiLn.Close()
 		return nil, err

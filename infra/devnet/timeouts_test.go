@@ -31,7 +31,10 @@ func startShort(t *testing.T) *devnet.Stack {
 	t.Helper()
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: openStore(t), APIAddr: "127.0.0.1:0",
 		RelayAddr: "127.0.0.1:0", Models: []catalog.Model{{ID: tinyModel, Price: 10}}, Limits: devnet.ScriptedLimits(),
-		Log: testLog(t), Timeouts: devnet.Timeouts{ReadHeader: shortTimeout, Read: shortTimeout, Write: shortTimeout, Idle: shortTimeout}})
+		Log: testLog(t), Timeouts: devnet.Timeouts{ReadHeader: shortTimeout, Read: shortTimeout, Write: shortTimeout, Idle: shortTimeout},
+		// Over loopback: these tests are about the servers, the
+		// listener's WebSocket and the signed management API.
+		Loopback: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,10 @@ type conn struct {
 	mu    sync.Mutex
 	cause *closeCause   // set once, by whoever ends the connection first
 	kill  chan struct{} // closed by shut: the supervisor closes the socket
+
+	// peer is the other end of an in-process connection (Local.Connect),
+	// which has no socket (ws is nil).
+	peer *localPeer
 }
 
 // shut ends the connection once: it records the cause, makes the id
@@ -96,6 +100,9 @@ func (c *conn) write(typ websocket.MessageType, data []byte) error {
 	// another post is not this write's slowness.
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	if c.peer != nil {
+		return c.peer.deliver(c, data)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.writeTimeout)
 	defer cancel()
 	return c.ws.Write(ctx, typ, data)
@@ -268,9 +275,12 @@ func (c *conn) supervise(readDone <-chan struct{}) {
 			r.log.Info("relay: idle timeout", "conn", c.id)
 			c.shut(closeCause{code: websocket.StatusGoingAway, reason: "Connection idle timeout"})
 		}
+		cause := c.closeCause()
+		if c.peer != nil {
+			return // no socket: Local.Connect's supervisor tells the peer
+		}
 		// Close waits (boundedly) for the client's close frame, which the
 		// read loop may be the one to receive.
-		cause := c.closeCause()
 		if err := c.ws.Close(cause.code, cause.reason); err != nil {
 			r.log.Debug("relay: close handshake", "conn", c.id, "err", err)
 		}

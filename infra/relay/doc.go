@@ -98,6 +98,18 @@
 // WebSocket, which then lives under the relay's own idle and duration
 // limits.
 //
+// # In-process clients
+//
+// Code in the relay's own process may skip the sockets: Local serves the
+// management calls the functions make (PostToConnection, DeleteConnection)
+// by calling the relay directly, and Local.Connect opens a connection
+// whose messages are handed over as function calls (LocalConn). Both keep
+// the contract above — ids, events, ordering, limits, Gone — and differ
+// only in what crosses no boundary: no HTTP, no SigV4 (only the holder of
+// the *Relay can call them), no WebSocket frames. The dev stack uses them
+// for its own API and relay function; workers, other processes and AWS use
+// the WebSocket endpoint and the signed management API.
+//
 // # Differences from AWS
 //
 // No authorizers, API keys, route selection expressions or stage variables:

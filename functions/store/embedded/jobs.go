@@ -272,7 +272,7 @@ func (s *Store) Assign(ctx context.Context, jobID, worker string, at time.Time) 
 		}
 		w.State = store.WorkerBusy
 		w.Job = job.ID
-		return putJSON(tx.Bucket(bWorkers), []byte(worker), w)
+		return saveWorker(tx, worker, w)
 	})
 	if err != nil {
 		return store.Job{}, fmt.Errorf("embedded: assign job %s to %s: %w", jobID, worker, err)
@@ -340,7 +340,7 @@ func freeWorker(tx *bolt.Tx, conn, jobID string, milliTokPerSec int64) error {
 	if !changed {
 		return nil
 	}
-	return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
+	return saveWorker(tx, conn, w)
 }
 
 // Complete implements store.Store.

@@ -171,7 +171,7 @@ func (s *Store) Judge(ctx context.Context, v store.Verdict) (store.Reputation, e
 		}
 		if ok && w.Pubkey == v.Pubkey && w.AccountID == v.AccountID {
 			w.Standing, w.Strikes = store.Worse(after.Standing, tok.Standing), after.Strikes
-			if err := putJSON(tx.Bucket(bWorkers), []byte(w.Conn), w); err != nil {
+			if err := saveWorker(tx, w.Conn, w); err != nil {
 				return err
 			}
 		}

@@ -4,7 +4,8 @@
 // Layout: one bolt bucket per record kind, JSON values, plus a few index
 // buckets whose keys sort the way the queries need (the per-model queue by
 // (Created, ID), secrets by (account, CreatedAt), live workers by token,
-// rate windows and nonce expiries by time); reputations are keyed by
+// rate windows and nonce expiries by time, the workers dispatch may pick
+// by connection); reputations are keyed by
 // account then pubkey, so that an account's identities sort together, and
 // ledger entries by account then entry id (time first); deposit intents by
 // account then id, with index buckets by reference, by account then time
@@ -52,6 +53,7 @@ var (
 	bWorkers          = []byte("workers")              // conn → Worker
 	bWorkersByToken   = []byte("workers_by_token")     // token hash|conn → "" for workers with a token
 	bListeners        = []byte("listeners")            // conn → Listener
+	bIdleWorkers      = []byte("idle_workers")         // conn → "" for the workers IdleWorkers lists
 	bCounters         = []byte("counters")             // name → int64 or time
 	bTokenMinutes     = []byte("token_minutes")        // minute → completion tokens
 	bReceipts         = []byte("receipts")             // job id → Receipt, for completed jobs
@@ -69,7 +71,7 @@ var (
 var allBuckets = [][]byte{
 	bAccounts, bGrants, bAPIKeys, bAPIKeysByAccount, bTokens, bTokensByAccount,
 	bNonces, bNonceExpiry, bJobs, bQueue, bAssigned, bRateWindows, bAccountWindows,
-	bWorkers, bWorkersByToken, bListeners, bCounters, bTokenMinutes, bReceipts,
+	bWorkers, bWorkersByToken, bListeners, bIdleWorkers, bCounters, bTokenMinutes, bReceipts,
 	bReputations, bTokenStandings, bVerdicts, bEntries,
 	bDeposits, bDepositRefs, bDepositsByAcct, bDepositsByTime, bPaidTo,
 }
@@ -225,7 +227,7 @@ func (s *Store) reset(tx *bolt.Tx, now time.Time) error {
 			return fmt.Errorf("fail job %s left from before the restart: %w", id, err)
 		}
 	}
-	for _, name := range [][]byte{bWorkers, bWorkersByToken, bListeners} {
+	for _, name := range [][]byte{bWorkers, bWorkersByToken, bListeners, bIdleWorkers} {
 		if err := tx.DeleteBucket(name); err != nil {
 			return fmt.Errorf("clear bucket %s: %w", name, err)
 		}

@@ -87,7 +87,7 @@ func (s *Store) PutWorker(ctx context.Context, w store.Worker) error {
 		if err := countWorker(tx, w, 1, s.now()); err != nil {
 			return err
 		}
-		return putJSON(b, []byte(w.Conn), w)
+		return saveWorker(tx, w.Conn, w)
 	})
 	if err != nil {
 		return fmt.Errorf("embedded: put worker %s: %w", w.Conn, err)
@@ -118,7 +118,7 @@ func (s *Store) RegisterWorker(ctx context.Context, conn string, models []string
 		if err := countRegistered(tx, w, 1, s.now()); err != nil {
 			return err
 		}
-		return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
+		return saveWorker(tx, conn, w)
 	})
 	if err != nil {
 		return store.Worker{}, fmt.Errorf("embedded: register worker %s: %w", conn, err)
@@ -143,7 +143,7 @@ func (s *Store) changeWorker(ctx context.Context, conn string, change func(*stor
 			return err
 		}
 		change(&w)
-		return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
+		return saveWorker(tx, conn, w)
 	})
 	return w, err
 }
@@ -188,6 +188,9 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 		if err := countWorker(tx, w, -1, s.now()); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bIdleWorkers).Delete([]byte(conn)); err != nil {
+			return err
+		}
 		return tx.Bucket(bWorkers).Delete([]byte(conn))
 	})
 	if err != nil {
@@ -196,12 +199,52 @@ func (s *Store) DeleteWorker(ctx context.Context, conn string) (store.Worker, er
 	return w, nil
 }
 
-// IdleWorkers implements store.Store. It scans every worker: there are as
-// many as live connections, and dispatch needs all eligible ones to weigh
-// them.
+// idle reports whether IdleWorkers lists w (for the models it serves):
+// registered, not draining, and without a job.
+func idle(w store.Worker) bool {
+	return w.Registered && !w.Draining && w.State == store.WorkerIdle
+}
+
+// saveWorker writes the record of the worker on connection conn, and keeps
+// the bIdleWorkers index with it: every write of a worker record goes
+// through here (DeleteWorker and Open drop both), so the index lists
+// exactly the idle workers.
+func saveWorker(tx *bolt.Tx, conn string, w store.Worker) error {
+	ix := tx.Bucket(bIdleWorkers)
+	var err error
+	if idle(w) {
+		err = ix.Put([]byte(conn), nil)
+	} else {
+		err = ix.Delete([]byte(conn))
+	}
+	if err != nil {
+		return err
+	}
+	return putJSON(tx.Bucket(bWorkers), []byte(conn), w)
+}
+
+// IdleWorkers implements store.Store. It reads the idle workers through
+// the bIdleWorkers index, so a claim decodes only the records of idle
+// workers (dispatch weighs every eligible one), not those of every live
+// connection: under load, when most workers are busy, the few idle ones.
 func (s *Store) IdleWorkers(ctx context.Context, model string) ([]store.Worker, error) {
-	out, err := s.workers(ctx, func(w store.Worker) bool {
-		return w.Registered && !w.Draining && w.State == store.WorkerIdle && w.Serves(model)
+	var out []store.Worker
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		workers := tx.Bucket(bWorkers)
+		return tx.Bucket(bIdleWorkers).ForEach(func(k, _ []byte) error {
+			var w store.Worker
+			ok, err := getJSON(workers, k, &w)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("idle index lists %s, which has no record", k)
+			}
+			if idle(w) && w.Serves(model) {
+				out = append(out, w)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded: idle workers for %s: %w", model, err)
