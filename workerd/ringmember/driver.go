@@ -278,23 +278,10 @@ func (d *driverJob) Next(ctx context.Context, tokens []int32) (int32, error) {
 // still be closed.
 func (d *driverJob) runChunk(ctx context.Context, part []int32, final bool) ([]int32, error) {
 	r := d.r
-	pos := d.st.Len()
-	if pos+len(part) > r.ctxTokens {
-		return nil, fmt.Errorf("ringmember: job %q: positions up to %d, past the plan's context of %d", d.open.Job, pos+len(part), r.ctxTokens)
-	}
-	h, err := r.model.Embed(part, pos)
+	h, err := d.runOwn(ctx, part)
 	if err != nil {
-		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+		return nil, err
 	}
-	// A Forward cut short leaves the cache as it was.
-	if err := d.st.Forward(ctx, h); err != nil {
-		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
-	}
-	d.step++
-	// The driver's input chain is over the tokens it fed its embedding,
-	// as if it had received them in a tokens frame.
-	d.in.add(stagenet.KindTokens, d.step, uint32(pos), sha256.Sum256(encodeTokens(part)))
-	d.positions += int64(len(part))
 	if r.stages == 1 {
 		var ids []int32
 		if final {
@@ -318,7 +305,7 @@ func (d *driverJob) runChunk(ctx context.Context, part []int32, final bool) ([]i
 		d.broken = true
 		return nil, err
 	}
-	f := &stagenet.Frame{Kind: stagenet.KindHidden, Job: d.open.Job, Step: d.step, Pos: uint32(pos), Payload: wire, Hash: engine.HashHidden(wire)}
+	f := &stagenet.Frame{Kind: stagenet.KindHidden, Job: d.open.Job, Step: d.step, Pos: uint32(h.Pos), Payload: wire, Hash: engine.HashHidden(wire)}
 	// Sent under the ring's context, not the caller's: a send cut short
 	// could leave the next stage part of a frame, and a step's send
 	// waits on nothing (the ring runs in lockstep).
@@ -333,6 +320,30 @@ func (d *driverJob) runChunk(ctx context.Context, part []int32, final bool) ([]i
 	}
 	d.pending, d.pendingWant = true, want
 	return d.answer(ctx, want)
+}
+
+// runOwn embeds tokens at the cache's length and runs the driver's layers
+// over them, as the next step: the step's hidden states. The driver's
+// input chain is over the tokens it fed its embedding, as if it had
+// received them in a tokens frame. A Forward cut short leaves the cache
+// as it was.
+func (d *driverJob) runOwn(ctx context.Context, tokens []int32) (*engine.Hidden, error) {
+	r := d.r
+	pos := d.st.Len()
+	if pos+len(tokens) > r.ctxTokens {
+		return nil, fmt.Errorf("ringmember: job %q: positions up to %d, past the plan's context of %d", d.open.Job, pos+len(tokens), r.ctxTokens)
+	}
+	h, err := r.model.Embed(tokens, pos)
+	if err != nil {
+		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+	}
+	if err := d.st.Forward(ctx, h); err != nil {
+		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+	}
+	d.step++
+	d.in.add(stagenet.KindTokens, d.step, uint32(pos), sha256.Sum256(encodeTokens(tokens)))
+	d.positions += int64(len(tokens))
+	return h, nil
 }
 
 // answer waits for the last stage's answer to the step in flight, a

@@ -1197,31 +1197,10 @@ func (r *ring) openStageJob(ev inEvent) (*stageJob, error) {
 // answering the driver with the token (or with none for a prompt chunk
 // that is not the prompt's last).
 func (r *ring) stageHidden(j *stageJob, f *stagenet.Frame) error {
-	if n := maxHiddenBytes(r.cfg.Embd); len(f.Payload) > n {
-		return badFrame("job %q: hidden payload of %d bytes, the limit is %d (%d positions of %d)", f.Job, len(f.Payload), n, MaxChunk, r.cfg.Embd)
-	}
-	h, err := engine.DecodeHidden(f.Payload)
+	h, err := r.runStates(j, f, f.Payload, nil)
 	if err != nil {
-		return badFrame("job %q: hidden payload: %v", f.Job, err)
-	}
-	if err := j.rewind(f); err != nil {
 		return err
 	}
-	switch {
-	case h.Dim != r.cfg.Embd:
-		return badFrame("job %q: hidden states of width %d, the model's is %d", f.Job, h.Dim, r.cfg.Embd)
-	case h.Tokens > MaxChunk:
-		return badFrame("job %q: %d positions in one frame, at most %d", f.Job, h.Tokens, MaxChunk)
-	case int(f.Pos) != h.Pos || h.Pos != j.st.Len():
-		return badFrame("job %q: hidden states at position %d (frame says %d), the cache holds %d", f.Job, h.Pos, f.Pos, j.st.Len())
-	case h.Pos+h.Tokens > r.ctxTokens:
-		return badFrame("job %q: hidden states up to position %d, past the plan's context of %d", f.Job, h.Pos+h.Tokens, r.ctxTokens)
-	}
-	j.in.addFrame(f)
-	if err := j.st.Forward(r.ctx, h); err != nil {
-		return fmt.Errorf("ringmember: job %q: %w", f.Job, err)
-	}
-	j.positions += int64(h.Tokens)
 	var out *stagenet.Frame
 	if !r.tail {
 		wire, err := engine.EncodeHidden(h, engine.F32)
@@ -1261,33 +1240,18 @@ func (r *ring) stageVerify(j *stageJob, f *stagenet.Frame) error {
 	if err != nil {
 		return fmt.Errorf("job %q: %w", f.Job, err)
 	}
-	if n := maxHiddenBytes(r.cfg.Embd); len(wire) > n {
-		return badFrame("job %q: verify hidden payload of %d bytes, the limit is %d", f.Job, len(wire), n)
-	}
-	h, err := engine.DecodeHidden(wire)
+	h, err := r.runStates(j, f, wire, func(h *engine.Hidden) error {
+		switch {
+		case h.Tokens != len(drafts)+1:
+			return badFrame("job %q: a verify of %d drafts carries %d positions, want %d", f.Job, len(drafts), h.Tokens, len(drafts)+1)
+		case h.Pos < j.open.Prompt:
+			return badFrame("job %q: a verify at position %d, inside the prompt of %d", f.Job, h.Pos, j.open.Prompt)
+		}
+		return nil
+	})
 	if err != nil {
-		return badFrame("job %q: verify hidden payload: %v", f.Job, err)
-	}
-	if err := j.rewind(f); err != nil {
 		return err
 	}
-	switch {
-	case h.Dim != r.cfg.Embd:
-		return badFrame("job %q: hidden states of width %d, the model's is %d", f.Job, h.Dim, r.cfg.Embd)
-	case h.Tokens != len(drafts)+1:
-		return badFrame("job %q: a verify of %d drafts carries %d positions, want %d", f.Job, len(drafts), h.Tokens, len(drafts)+1)
-	case int(f.Pos) != h.Pos || h.Pos != j.st.Len():
-		return badFrame("job %q: hidden states at position %d (frame says %d), the cache holds %d", f.Job, h.Pos, f.Pos, j.st.Len())
-	case h.Pos < j.open.Prompt:
-		return badFrame("job %q: a verify at position %d, inside the prompt of %d", f.Job, h.Pos, j.open.Prompt)
-	case h.Pos+h.Tokens > r.ctxTokens:
-		return badFrame("job %q: hidden states up to position %d, past the plan's context of %d", f.Job, h.Pos+h.Tokens, r.ctxTokens)
-	}
-	j.in.addFrame(f)
-	if err := j.st.Forward(r.ctx, h); err != nil {
-		return fmt.Errorf("ringmember: job %q: %w", f.Job, err)
-	}
-	j.positions += int64(h.Tokens)
 	var out *stagenet.Frame
 	if !r.tail {
 		wire, err := engine.EncodeHidden(h, engine.F32)
@@ -1317,6 +1281,46 @@ func (r *ring) stageVerify(j *stageJob, f *stagenet.Frame) error {
 	}
 	j.out.addFrame(out)
 	return nil
+}
+
+// runStates takes the hidden states of a data frame (wire: the hidden
+// part of its payload): it checks their size and shape against the
+// model, the cache and the plan's context, and extra (the frame kind's
+// own rules), rolls the cache back to the frame's position after a
+// verify (rewind), takes the frame into the input chain and runs this
+// stage's layers over the states.
+func (r *ring) runStates(j *stageJob, f *stagenet.Frame, wire []byte, extra func(*engine.Hidden) error) (*engine.Hidden, error) {
+	if n := maxHiddenBytes(r.cfg.Embd); len(wire) > n {
+		return nil, badFrame("job %q: %s frame's hidden states of %d bytes, the limit is %d (%d positions of %d)", f.Job, f.Kind, len(wire), n, MaxChunk, r.cfg.Embd)
+	}
+	h, err := engine.DecodeHidden(wire)
+	if err != nil {
+		return nil, badFrame("job %q: %s frame's hidden states: %v", f.Job, f.Kind, err)
+	}
+	if err := j.rewind(f); err != nil {
+		return nil, err
+	}
+	switch {
+	case h.Dim != r.cfg.Embd:
+		return nil, badFrame("job %q: hidden states of width %d, the model's is %d", f.Job, h.Dim, r.cfg.Embd)
+	case h.Tokens > MaxChunk:
+		return nil, badFrame("job %q: %d positions in one frame, at most %d", f.Job, h.Tokens, MaxChunk)
+	case int(f.Pos) != h.Pos || h.Pos != j.st.Len():
+		return nil, badFrame("job %q: hidden states at position %d (frame says %d), the cache holds %d", f.Job, h.Pos, f.Pos, j.st.Len())
+	case h.Pos+h.Tokens > r.ctxTokens:
+		return nil, badFrame("job %q: hidden states up to position %d, past the plan's context of %d", f.Job, h.Pos+h.Tokens, r.ctxTokens)
+	}
+	if extra != nil {
+		if err := extra(h); err != nil {
+			return nil, err
+		}
+	}
+	j.in.addFrame(f)
+	if err := j.st.Forward(r.ctx, h); err != nil {
+		return nil, fmt.Errorf("ringmember: job %q: %w", f.Job, err)
+	}
+	j.positions += int64(h.Tokens)
+	return h, nil
 }
 
 // tokensFrame is a KindTokens frame with its hash set.

@@ -267,20 +267,10 @@ func (d *driverJob) Took(n int) {
 func (d *driverJob) verify(ctx context.Context, pending int32, drafted []int32) ([]int32, error) {
 	r := d.r
 	pos := d.st.Len()
-	rows := append([]int32{pending}, drafted...)
-	if pos+len(rows) > r.ctxTokens {
-		return nil, fmt.Errorf("ringmember: job %q: positions up to %d, past the plan's context of %d", d.open.Job, pos+len(rows), r.ctxTokens)
-	}
-	h, err := r.model.Embed(rows, pos)
+	h, err := d.runOwn(ctx, append([]int32{pending}, drafted...))
 	if err != nil {
-		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
+		return nil, err
 	}
-	if err := d.st.Forward(ctx, h); err != nil {
-		return nil, fmt.Errorf("ringmember: job %q: %w", d.open.Job, err)
-	}
-	d.step++
-	d.in.add(stagenet.KindTokens, d.step, uint32(pos), sha256.Sum256(encodeTokens(rows)))
-	d.positions += int64(len(rows))
 	if r.stages == 1 {
 		lg, err := r.model.Head(h)
 		if err != nil {
