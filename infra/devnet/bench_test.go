@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,7 +149,10 @@ func measure(b *testing.B, client *http.Client, url, key string, streams, tokens
 // loopback sockets (devnet.Config.Loopback: SDK posts to the HTTP
 // management API, a WebSocket listener), for comparison;
 // with C0MPUTE_BENCH_GATEWAY_PROFILE=path it writes a CPU profile of
-// itself there (one file per sub-benchmark, suffixed with its index);
+// itself there (one file per sub-benchmark, suffixed with its index),
+// and with C0MPUTE_BENCH_GATEWAY_TRACE=path an execution trace (go tool
+// trace; timestamps share the machine's monotonic clock with a -trace of
+// the benchmark process, so the two line up);
 // C0MPUTE_BENCH_BATCH=1ms sets the workers' batching window (default
 // devnet.DevBatchWindow).
 func BenchmarkAddedLatency(b *testing.B) {
@@ -220,6 +224,9 @@ func startGateway(b *testing.B, workers, index int) *gateway {
 	cmd.Env = append(os.Environ(), gatewayEnv+"=1", "C0MPUTE_BENCH_WORKERS="+strconv.Itoa(workers))
 	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_PROFILE"); p != "" {
 		cmd.Env = append(cmd.Env, "C0MPUTE_BENCH_GATEWAY_PROFILE="+p+"."+strconv.Itoa(index))
+	}
+	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_TRACE"); p != "" {
+		cmd.Env = append(cmd.Env, "C0MPUTE_BENCH_GATEWAY_TRACE="+p+"."+strconv.Itoa(index))
 	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -368,6 +375,16 @@ func TestGatewayProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_TRACE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := trace.Start(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { trace.Stop(); f.Close() }()
 	}
 	line, _ := json.Marshal(info)
 	fmt.Printf("gateway: %s\n", line)
