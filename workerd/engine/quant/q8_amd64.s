@@ -265,11 +265,11 @@ q8t4:
 	VPADDD Y6, Y10, Y10
 
 // lanePairs orders each 16 bytes as 0,8,1,9,…,7,15 (VPSHUFB).
-DATA lanePairs<>+0(SB)/8, $0x0b030a0209010800
-DATA lanePairs<>+8(SB)/8, $0x0f070e060d050c04
-DATA lanePairs<>+16(SB)/8, $0x0b030a0209010800
-DATA lanePairs<>+24(SB)/8, $0x0f070e060d050c04
-GLOBL lanePairs<>(SB), RODATA|NOPTR, $32
+DATA ·lanePairs+0(SB)/8, $0x0b030a0209010800
+DATA ·lanePairs+8(SB)/8, $0x0f070e060d050c04
+DATA ·lanePairs+16(SB)/8, $0x0b030a0209010800
+DATA ·lanePairs+24(SB)/8, $0x0f070e060d050c04
+GLOBL ·lanePairs(SB), RODATA|NOPTR, $32
 
 // func q4KDotAVX2(row *byte, q8 *int8, d *float32, sums32 *int16, nb int, lanes *[8]float32) float32
 //
@@ -289,7 +289,7 @@ TEXT ·q4KDotAVX2(SB), NOSPLIT, $0-52
 	MOVL $0x0f0f0f0f, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
-	VMOVDQU lanePairs<>(SB), Y11
+	VMOVDQU ·lanePairs(SB), Y11
 	VXORPS Y8, Y8, Y8
 	VXORPS X13, X13, X13
 
@@ -421,7 +421,7 @@ TEXT ·q6KDotAVX2(SB), NOSPLIT, $32-40
 	MOVL $0x20202020, AX
 	VMOVD AX, X13
 	VPBROADCASTD X13, Y13
-	VMOVDQU lanePairs<>(SB), Y12
+	VMOVDQU ·lanePairs(SB), Y12
 	VXORPS Y8, Y8, Y8
 	LEAQ 0(SP), BX
 

@@ -296,13 +296,22 @@ func dotQ8_0Portable(row []byte, a *Act) float32 {
 func DotTile(row []byte, acts []Act, out []float32) {
 	out = out[:len(acts)]
 	i := 0
-	if len(acts) >= 4 && acts[0].Type == gguf.Q8_0 {
+	if len(acts) >= 4 {
+		var x4 func([]byte, *[4]*Act, *[4]float32) bool
+		switch acts[0].Type {
+		case gguf.Q8_0:
+			x4 = dotQ8_0x4
+		case gguf.Q4_K:
+			x4 = dotQ4Kx4
+		case gguf.Q6_K:
+			x4 = dotQ6Kx4
+		}
 		var tile [4]*Act
-		for ; i+4 <= len(acts); i += 4 {
+		for ; x4 != nil && i+4 <= len(acts); i += 4 {
 			for k := range tile {
 				tile[k] = &acts[i+k]
 			}
-			if !dotQ8_0x4(row, &tile, (*[4]float32)(out[i:i+4])) {
+			if !x4(row, &tile, (*[4]float32)(out[i:i+4])) {
 				break
 			}
 		}

@@ -198,3 +198,38 @@ func BenchmarkDot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDotTile: one 1024-element row (the benchmark model's hidden
+// size) against a batch of 8 prepared activations (prefill's tile), in
+// ns per row and position; "dot" is the same work as one Dot per
+// activation, the tile's baseline.
+func BenchmarkDotTile(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	const n, batch = 1024, 8
+	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
+		row := randomRow(r, typ, n)
+		acts := make([]Act, batch)
+		for i := range acts {
+			x := make([]float32, n)
+			for j := range x {
+				x[j] = float32(r.NormFloat64())
+			}
+			acts[i].Prepare(typ, x)
+		}
+		out := make([]float32, batch)
+		for _, mode := range []string{"tile", "dot"} {
+			b.Run(typ.String()+"/"+mode, func(b *testing.B) {
+				for b.Loop() {
+					if mode == "tile" {
+						DotTile(row, acts, out)
+						continue
+					}
+					for i := range acts {
+						out[i] = Dot(row, &acts[i])
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/pos")
+			})
+		}
+	}
+}

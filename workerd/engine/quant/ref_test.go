@@ -213,35 +213,82 @@ func TestFloatDotsAnyLength(t *testing.T) {
 }
 
 // TestDotTileIsDot: the tiled products give each activation exactly the
-// bits of its own Dot, whatever the tile's size, for every type (the
-// batch-size independence speculative decoding relies on).
+// bits of its own Dot, for every type, batch sizes 1 to 9 (whole tiles
+// of four and remainders) and rows of several lengths (Q8_0: block
+// counts that are and are not multiples of four; F32/F16: lengths that
+// are not multiples of the vector width) — the batch-size independence
+// speculative decoding relies on.
 func TestDotTileIsDot(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
+	lengths := map[gguf.Type][]int{
+		gguf.F32:  {16, 100, 256, 1037},
+		gguf.F16:  {16, 100, 256, 1037},
+		gguf.Q8_0: {32, 128, 160, 384, 416},
+		gguf.Q4_K: {256, 512, 768, 1280},
+		gguf.Q6_K: {256, 512, 768, 1280},
+	}
 	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
-		for trial := 0; trial < 12; trial++ {
-			n := 256 * (1 + trial%3)
-			if typ == gguf.Q8_0 {
-				n = 32 * (4 + trial) // blocks a multiple of four (tiled) or not
-			}
-			row := randomRow(r, typ, n)
-			if typ == gguf.Q8_0 && trial%2 == 0 {
-				row[2] = 0x80 // a weight of -128
-			}
-			acts := make([]Act, 1+trial)
-			for i := range acts {
-				x := make([]float32, n)
-				for j := range x {
-					x[j] = float32(r.NormFloat64())
+		for _, n := range lengths[typ] {
+			for batch := 1; batch <= 9; batch++ {
+				row := randomRow(r, typ, n)
+				if typ == gguf.Q8_0 && batch%2 == 0 {
+					row[2] = 0x80 // a weight of -128
 				}
-				acts[i].Prepare(typ, x)
-			}
-			out := make([]float32, len(acts))
-			DotTile(row, acts, out)
-			for i := range acts {
-				if want := Dot(row, &acts[i]); math.Float32bits(out[i]) != math.Float32bits(want) {
-					t.Fatalf("%s, %d activations: activation %d: tile %g, alone %g", typ, len(acts), i, out[i], want)
+				acts := make([]Act, batch)
+				for i := range acts {
+					x := make([]float32, n)
+					for j := range x {
+						x[j] = float32(r.NormFloat64())
+					}
+					acts[i].Prepare(typ, x)
+				}
+				out := make([]float32, len(acts))
+				DotTile(row, acts, out)
+				for i := range acts {
+					if want := Dot(row, &acts[i]); math.Float32bits(out[i]) != math.Float32bits(want) {
+						t.Fatalf("%s n=%d, %d activations: activation %d: tile %g, alone %g", typ, n, batch, i, out[i], want)
+					}
 				}
 			}
+		}
+	}
+}
+
+// TestTilesRun: with AVX2 the four-activation K-quant tiles take the
+// activations DotTile hands them (TestDotTileIsDot would pass through
+// the one-at-a-time fallback too), and they refuse activations of
+// another length.
+func TestTilesRun(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2: DotTile runs Dot per activation")
+	}
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, tc := range []struct {
+		typ gguf.Type
+		x4  func([]byte, *[4]*Act, *[4]float32) bool
+	}{
+		{gguf.Q4_K, dotQ4Kx4},
+		{gguf.Q6_K, dotQ6Kx4},
+	} {
+		const n = 512
+		row := randomRow(r, tc.typ, n)
+		var acts [4]Act
+		var tile [4]*Act
+		for i := range acts {
+			x := make([]float32, n)
+			for j := range x {
+				x[j] = float32(r.NormFloat64())
+			}
+			acts[i].Prepare(tc.typ, x)
+			tile[i] = &acts[i]
+		}
+		var out [4]float32
+		if !tc.x4(row, &tile, &out) {
+			t.Fatalf("%s: the tile refused four activations of the row's length", tc.typ)
+		}
+		acts[3].Prepare(tc.typ, make([]float32, 2*n))
+		if tc.x4(row, &tile, &out) {
+			t.Fatalf("%s: the tile took an activation of another length", tc.typ)
 		}
 	}
 }
