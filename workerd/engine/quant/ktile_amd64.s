@@ -44,47 +44,44 @@
 	Q4TACT(R9, yoff, Y7, Y8) \
 	Q4TACT(R10, yoff, Y9, Y10)
 
-// KLANES turns an activation's split integer lanes (lo: lanes 0-3, hi:
-// lanes 4-7, both in two halves) into its super-block's float term and
-// adds it to its float lanes at k*32(DX): lanes·(dw·D[b]) with dw in
-// X14 and D[b] at (R13)(BX*1), q4KDotAVX2's operations.
-#define KLANES(lo, hi, xlo, xhi, k) \
-	VEXTRACTI128 $1, lo, X12 \
-	VPADDD X12, xlo, X12 \
-	VEXTRACTI128 $1, hi, X13 \
-	VPADDD X13, xhi, X13 \
-	VINSERTI128 $1, X13, Y12, Y12 \
+// KDVEC gathers the four activations' scales D[b] (at (R13)(BX*1) from
+// each pointer in the array at R11) into X12, as a vector.
+#define KDVEC \
+	MOVQ 0(R11), R13 \
+	VMOVSS (R13)(BX*1), X12 \
+	MOVQ 8(R11), R13 \
+	VINSERTPS $0x10, (R13)(BX*1), X12, X12 \
+	MOVQ 16(R11), R13 \
+	VINSERTPS $0x20, (R13)(BX*1), X12, X12 \
+	MOVQ 24(R11), R13 \
+	VINSERTPS $0x30, (R13)(BX*1), X12, X12
+
+// KLANES turns activation k's split integer lanes (lo: lanes 0-3, hi:
+// lanes 4-7, each in both 128-bit halves) into its super-block's float
+// term and adds it to its float lanes at k*32(DX): lanes·(dw·D[b]), the
+// product dw·D[b] of each activation computed lane-wise beforehand
+// (16+4k(SP)); q4KDotAVX2's float operations.
+#define KLANES(lo, hi, k) \
+	VPERM2I128 $0x20, hi, lo, Y12 \
+	VPERM2I128 $0x31, hi, lo, Y13 \
+	VPADDD Y13, Y12, Y12 \
 	VCVTDQ2PS Y12, Y12 \
-	MOVQ (k*8)(R11), R13 \
-	VMULSS (R13)(BX*1), X14, X13 \
-	VBROADCASTSS X13, Y13 \
+	VBROADCASTSS (16+4*k)(SP), Y13 \
 	VMULPS Y13, Y12, Y12 \
 	VADDPS (k*32)(DX), Y12, Y12 \
 	VMOVUPS Y12, (k*32)(DX)
 
-// Q4MINS subtracts activation k's mins term from its running sum at
-// k*4(AX): dmin·D[b]·Σ Sums32[j]·min[j] (mins in X2, dmin in X14), as
-// q4KDotAVX2 computes it.
-#define Q4MINS(k) \
+// Q4SUMM puts activation k's Σ Sums32[j]·min[j] (four int32 partial
+// sums; mins in X2) into x.
+#define Q4SUMM(k, x) \
 	MOVQ (k*8)(R12), R13 \
-	VPMADDWD (R13)(BX*4), X2, X12 \
-	VPSHUFD $0x4E, X12, X13 \
-	VPADDD X13, X12, X12 \
-	VPSHUFD $0xB1, X12, X13 \
-	VPADDD X13, X12, X12 \
-	VCVTDQ2PS X12, X12 \
-	MOVQ (k*8)(R11), R13 \
-	VMULSS (R13)(BX*1), X14, X13 \
-	VMULSS X12, X13, X13 \
-	VMOVSS (k*4)(AX), X12 \
-	VSUBSS X13, X12, X12 \
-	VMOVSS X12, (k*4)(AX)
+	VPMADDWD (R13)(BX*4), X2, x
 
 // func q4KDot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, sums32 *[4]*int16, lanes *[4][8]float32, mins *[4]float32)
 //
 // q4KDotAVX2 of one row with four activations: lanes[k] and mins[k] are
 // what q4KDotAVX2 stores and returns for activation k. nb > 0.
-TEXT ·q4KDot4AVX2(SB), NOSPLIT, $16-56
+TEXT ·q4KDot4AVX2(SB), NOSPLIT, $32-56
 	MOVQ row+0(FP), SI
 	MOVQ nb+8(FP), CX
 	MOVQ q+16(FP), AX
@@ -137,13 +134,33 @@ q4k4block:
 	ORL R14, R13
 	VPINSRD $1, R13, X2, X2
 	VPMOVZXBW X2, X2
+	// The mins terms of the four activations side by side, each lane
+	// q4KDotAVX2's scalar operations: summ exact (VPHADDD), then
+	// mins -= float32(summ)·(dmin·D[b]). dw·D[b] goes to the stack.
+	KDVEC
 	MOVWLZX 2(SI), R13
 	VMOVD R13, X14
 	VCVTPH2PS X14, X14
-	Q4MINS(0)
-	Q4MINS(1)
-	Q4MINS(2)
-	Q4MINS(3)
+	VBROADCASTSS X14, X14
+	VMULPS X12, X14, X14
+	Q4SUMM(0, X3)
+	Q4SUMM(1, X4)
+	Q4SUMM(2, X5)
+	Q4SUMM(3, X6)
+	VPHADDD X4, X3, X3
+	VPHADDD X6, X5, X5
+	VPHADDD X5, X3, X3
+	VCVTDQ2PS X3, X3
+	VMULPS X3, X14, X3
+	VMOVUPS (AX), X4
+	VSUBPS X3, X4, X4
+	VMOVUPS X4, (AX)
+	MOVWLZX 0(SI), R13
+	VMOVD R13, X14
+	VCVTPH2PS X14, X14
+	VBROADCASTSS X14, X14
+	VMULPS X12, X14, X14
+	VMOVUPS X14, 16(SP)
 
 	VPXOR Y3, Y3, Y3
 	VPXOR Y4, Y4, Y4
@@ -158,13 +175,10 @@ q4k4block:
 	Q4TCHUNK(80, 128, 8)
 	Q4TCHUNK(112, 192, 12)
 
-	MOVWLZX 0(SI), R13
-	VMOVD R13, X14
-	VCVTPH2PS X14, X14
-	KLANES(Y3, Y4, X3, X4, 0)
-	KLANES(Y5, Y6, X5, X6, 1)
-	KLANES(Y7, Y8, X7, X8, 2)
-	KLANES(Y9, Y10, X9, X10, 3)
+	KLANES(Y3, Y4, 0)
+	KLANES(Y5, Y6, 1)
+	KLANES(Y7, Y8, 2)
+	KLANES(Y9, Y10, 3)
 
 	ADDQ $144, SI
 	ADDQ $256, DI
@@ -221,24 +235,26 @@ q4k4block:
 	Q6TACT(R9, yoff, Y7, Y8) \
 	Q6TACT(R10, yoff, Y9, Y10)
 
-// K6LANES is KLANES for the even/odd split of Q6TACT, d·D[b] with the
-// weight scale in X0: the eight lanes in order, converted, multiplied
-// and added to the float lanes at k*32(DX) as q6KDotAVX2 does.
-#define K6LANES(even, odd, xeven, xodd, k) \
-	VEXTRACTI128 $1, even, X12 \
-	VPADDD X12, xeven, X12 \
-	VEXTRACTI128 $1, odd, X13 \
-	VPADDD X13, xodd, X13 \
-	VPUNPCKHDQ X13, X12, X14 \
-	VPUNPCKLDQ X13, X12, X12 \
-	VINSERTI128 $1, X14, Y12, Y12 \
+// K6LANES is KLANES for Q6TACT's even/odd split: the halves added and
+// the lanes put in order by VPERMD (index in Y1), then q6KDotAVX2's
+// float operations with dw·D[b] from the stack.
+#define K6LANES(even, odd, k) \
+	VPERM2I128 $0x20, odd, even, Y12 \
+	VPERM2I128 $0x31, odd, even, Y13 \
+	VPADDD Y13, Y12, Y12 \
+	VPERMD Y12, Y1, Y12 \
 	VCVTDQ2PS Y12, Y12 \
-	MOVQ (k*8)(R11), R13 \
-	VMULSS (R13)(BX*1), X0, X13 \
-	VBROADCASTSS X13, Y13 \
+	VBROADCASTSS (32+4*k)(SP), Y13 \
 	VMULPS Y13, Y12, Y12 \
 	VADDPS (k*32)(DX), Y12, Y12 \
 	VMOVUPS Y12, (k*32)(DX)
+
+// evenOdd puts dwords (l0, l2, l4, l6, l1, l3, l5, l7) in order (VPERMD).
+DATA evenOdd<>+0(SB)/8, $0x0000000400000000
+DATA evenOdd<>+8(SB)/8, $0x0000000500000001
+DATA evenOdd<>+16(SB)/8, $0x0000000600000002
+DATA evenOdd<>+24(SB)/8, $0x0000000700000003
+GLOBL evenOdd<>(SB), RODATA|NOPTR, $32
 
 DATA bytes03<>+0(SB)/8, $0x0303030303030303
 DATA bytes03<>+8(SB)/8, $0x0303030303030303
@@ -265,7 +281,7 @@ GLOBL halfShift<>(SB), RODATA|NOPTR, $32
 //
 // q6KDotAVX2 of one row with four activations: lanes[k] is what
 // q6KDotAVX2 stores for activation k. nb > 0.
-TEXT ·q6KDot4AVX2(SB), NOSPLIT, $32-40
+TEXT ·q6KDot4AVX2(SB), NOSPLIT, $48-40
 	MOVQ row+0(FP), SI
 	MOVQ nb+8(FP), CX
 	MOVQ q+16(FP), AX
@@ -306,13 +322,18 @@ q6k4block:
 	Q6TCHUNK(64, 4, 160, 4, 192, 24)
 	Q6TCHUNK(96, 4, 160, 6, 224, 28)
 
+	KDVEC
 	MOVWLZX 208(SI), R13
 	VMOVD R13, X0
 	VCVTPH2PS X0, X0
-	K6LANES(Y3, Y4, X3, X4, 0)
-	K6LANES(Y5, Y6, X5, X6, 1)
-	K6LANES(Y7, Y8, X7, X8, 2)
-	K6LANES(Y9, Y10, X9, X10, 3)
+	VBROADCASTSS X0, X0
+	VMULPS X12, X0, X0
+	VMOVUPS X0, 32(SP)
+	VMOVDQU evenOdd<>(SB), Y1
+	K6LANES(Y3, Y4, 0)
+	K6LANES(Y5, Y6, 1)
+	K6LANES(Y7, Y8, 2)
+	K6LANES(Y9, Y10, 3)
 
 	ADDQ $210, SI
 	ADDQ $256, DI
