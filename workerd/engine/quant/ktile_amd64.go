@@ -1,77 +1,89 @@
 package quant
 
+import "github.com/c0mpute/c0mpute/workerd/engine/gguf"
+
 //go:noescape
 func q4KDot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, sums32 *[4]*int16, lanes *[4][8]float32, mins *[4]float32)
 
 //go:noescape
+func q4KDot8AVX2(row *byte, nb int, q *[8]*int8, d *[8]*float32, sums32 *[8]*int16, lanes *[8][8]float32, mins *[8]float32)
+
+//go:noescape
 func q6KDot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, lanes *[4][8]float32)
 
-// kTileArgs checks that four Q8_K activations have nb super-blocks and
-// returns their quants' and scales' first elements.
-func kTileArgs(a *[4]*Act, nb int) (q [4]*int8, d [4]*float32, ok bool) {
-	for i, x := range a {
-		if len(x.D) != nb || len(x.Q) != nb*QKK {
-			return q, d, false
-		}
-		q[i], d[i] = &x.Q[0], &x.D[0]
+//go:noescape
+func q6KDot8AVX2(row *byte, nb int, q *[8]*int8, d *[8]*float32, lanes *[8][8]float32)
+
+// haveKTiles: Prepare arranges Q8_K activations in tile order (Act.QT)
+// only where the tiles run.
+var haveKTiles = haveAVX2
+
+// kTiles computes out[i] = Dot(row, &acts[i]) for the leading activations
+// that fill tiles of eight, then of four, with the Q4_K / Q6_K tile
+// kernels (ktile_amd64.s), bit for bit, and returns how many it did: 0
+// without AVX2, for other types, or when an activation was not prepared
+// like the first for the row's length.
+//
+//go:norace
+func kTiles(row []byte, acts []Act, out []float32) int {
+	if !haveKTiles || len(acts) < 4 {
+		return 0
 	}
-	return q, d, true
+	t, nb := acts[0].Type, len(acts[0].D)
+	if nb == 0 {
+		return 0
+	}
+	switch t {
+	case gguf.Q4_K:
+		_ = row[nb*q4KBytes-1]
+	case gguf.Q6_K:
+		_ = row[nb*q6KBytes-1]
+	default:
+		return 0
+	}
+	var q [8]*int8
+	var d [8]*float32
+	var sums [8]*int16
+	var lanes [8][8]float32
+	var mins [8]float32
+	i := 0
+	for i+4 <= len(acts) {
+		n := 4
+		if i+8 <= len(acts) {
+			n = 8
+		}
+		for k := range n {
+			a := &acts[i+k]
+			if a.Type != t || len(a.D) != nb || len(a.QT) != nb*QKK || len(a.Sums32) != nb*8 {
+				return i
+			}
+			q[k], d[k], sums[k] = &a.QT[0], &a.D[0], &a.Sums32[0]
+		}
+		switch {
+		case t == gguf.Q4_K && n == 8:
+			q4KDot8AVX2(&row[0], nb, &q, &d, &sums, &lanes, &mins)
+		case t == gguf.Q4_K:
+			q4KDot4AVX2(&row[0], nb, (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]*int16)(sums[:4]), (*[4][8]float32)(lanes[:4]), (*[4]float32)(mins[:4]))
+		case n == 8:
+			q6KDot8AVX2(&row[0], nb, &q, &d, &lanes)
+		default:
+			q6KDot4AVX2(&row[0], nb, (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4][8]float32)(lanes[:4]))
+		}
+		addLanes(out[i:i+n], mins[:n], lanes[:n])
+		i += n
+	}
+	return i
 }
 
-// dotQ4Kx4 is dotQ4K of row with four activations of its length, bit for
-// bit; ok is false without AVX2 or with activations of another length.
-func dotQ4Kx4(row []byte, a *[4]*Act, out *[4]float32) bool {
-	nb := len(a[0].D)
-	if !haveAVX2 || nb == 0 {
-		return false
-	}
-	_ = row[nb*q4KBytes-1]
-	q, d, ok := kTileArgs(a, nb)
-	if !ok {
-		return false
-	}
-	var sums [4]*int16
-	for i, x := range a {
-		if len(x.Sums32) != nb*8 {
-			return false
-		}
-		sums[i] = &x.Sums32[0]
-	}
-	var lanes [4][8]float32
-	var mins [4]float32
-	q4KDot4AVX2(&row[0], nb, &q, &d, &sums, &lanes, &mins)
-	*out = addLanes4(mins, &lanes)
-	return true
-}
-
-// addLanes4 adds each activation's eight lanes to its start value in
-// lane order (dotQ4K's and dotQ6K's final sum), the four activations'
-// sums interleaved: four independent chains of additions instead of one
-// chain of 32.
-func addLanes4(s [4]float32, l *[4][8]float32) [4]float32 {
+// addLanes sets out[k] to start[k] plus activation k's eight lanes in
+// lane order (dotQ4K's and dotQ6K's final sum; Q6_K starts at zero: its
+// mins stay zero), the activations' sums interleaved: independent
+// chains of additions instead of one long one.
+func addLanes(out, start []float32, l [][8]float32) {
+	copy(out, start)
 	for j := 0; j < 8; j++ {
-		s[0] += l[0][j]
-		s[1] += l[1][j]
-		s[2] += l[2][j]
-		s[3] += l[3][j]
+		for k := range out {
+			out[k] += l[k][j]
+		}
 	}
-	return s
-}
-
-// dotQ6Kx4 is dotQ6K of row with four activations of its length, bit for
-// bit; ok is false without AVX2 or with activations of another length.
-func dotQ6Kx4(row []byte, a *[4]*Act, out *[4]float32) bool {
-	nb := len(a[0].D)
-	if !haveAVX2 || nb == 0 {
-		return false
-	}
-	_ = row[nb*q6KBytes-1]
-	q, d, ok := kTileArgs(a, nb)
-	if !ok {
-		return false
-	}
-	var lanes [4][8]float32
-	q6KDot4AVX2(&row[0], nb, &q, &d, &lanes)
-	*out = addLanes4([4]float32{}, &lanes)
-	return true
 }

@@ -16,6 +16,6 @@ func dotF32Vec(w, x []float32) (float64, int) { return 0, 0 }
 
 func dotF16Vec(w []uint16, x []float32) (float64, int) { return 0, 0 }
 
-func dotQ4Kx4(row []byte, a *[4]*Act, out *[4]float32) bool { return false }
+const haveKTiles = false
 
-func dotQ6Kx4(row []byte, a *[4]*Act, out *[4]float32) bool { return false }
+func kTiles(row []byte, acts []Act, out []float32) int { return 0 }

@@ -47,6 +47,9 @@ type Act struct {
 	// Sums32 are Q8_K sums of each 32 quants (pairs of Sums): the
 	// integer Σ Sums[j]·min[j/2] of Q4_K in half the products.
 	Sums32 []int16
+	// QT are the Q8_K quants again in the order the K-quant tiles read
+	// them (ktile_amd64.s; kTileOrder), filled only where those run.
+	QT []int8
 }
 
 func grow[T any](s []T, n int) []T {
@@ -79,10 +82,48 @@ func (a *Act) Prepare(t gguf.Type, x []float32) {
 		for j := range a.Sums32 {
 			a.Sums32[j] = a.Sums[2*j] + a.Sums[2*j+1]
 		}
+		a.QT = a.QT[:0]
+		if haveKTiles {
+			a.QT = grow(a.QT, n)
+			order := kTileOrder(t)
+			for c := 0; c < n; c += len(order) {
+				qt, q := a.QT[c:c+len(order)], a.Q[c:c+len(order)]
+				for j, src := range order {
+					qt[j] = q[src]
+				}
+			}
+		}
 	default:
 		panic("quant: Prepare with unsupported type " + t.String()) // callers check with CheckRow
 	}
 }
+
+// kTileOrder is the order in which the K-quant tiles read a Q8_K
+// activation's quants, repeating every len of the result: per 64 elements
+// for Q4_K (a chunk of two 32-element sub-blocks A = 0-31 and B = 32-63,
+// in two halves of 16 elements each), per 32 for Q6_K (two 16-element
+// sub-blocks A = 0-15 and B = 16-31); within, for each of ggml's eight
+// lanes l, A's elements l and l+8 and then B's, so that one VPMADDUBSW
+// word holds a lane's pair from one sub-block.
+func kTileOrder(t gguf.Type) []uint8 {
+	if t == gguf.Q4_K {
+		return q4KTileOrder[:]
+	}
+	return q6KTileOrder[:]
+}
+
+var q4KTileOrder, q6KTileOrder = func() (q4 [64]uint8, q6 [32]uint8) {
+	for l := range uint8(8) {
+		for m, off := range [4]uint8{0, 8, 32, 40} {
+			q4[l*4+uint8(m)] = l + off
+			q4[32+l*4+uint8(m)] = 16 + l + off
+		}
+		for m, off := range [4]uint8{0, 8, 16, 24} {
+			q6[l*4+uint8(m)] = l + off
+		}
+	}
+	return q4, q6
+}()
 
 // quantizeQ8_0 is ggml's quantize_row_q8_0_ref: d = amax/127 stored as
 // F16, quants rounded half away from zero with the unrounded scale.
@@ -297,23 +338,19 @@ func DotTile(row []byte, acts []Act, out []float32) {
 	out = out[:len(acts)]
 	i := 0
 	if len(acts) >= 4 {
-		var x4 func([]byte, *[4]*Act, *[4]float32) bool
 		switch acts[0].Type {
 		case gguf.Q8_0:
-			x4 = dotQ8_0x4
-		case gguf.Q4_K:
-			x4 = dotQ4Kx4
-		case gguf.Q6_K:
-			x4 = dotQ6Kx4
-		}
-		var tile [4]*Act
-		for ; x4 != nil && i+4 <= len(acts); i += 4 {
-			for k := range tile {
-				tile[k] = &acts[i+k]
+			var tile [4]*Act
+			for ; i+4 <= len(acts); i += 4 {
+				for k := range tile {
+					tile[k] = &acts[i+k]
+				}
+				if !dotQ8_0x4(row, &tile, (*[4]float32)(out[i:i+4])) {
+					break
+				}
 			}
-			if !x4(row, &tile, (*[4]float32)(out[i:i+4])) {
-				break
-			}
+		case gguf.Q4_K, gguf.Q6_K:
+			i = kTiles(row, acts, out)
 		}
 	}
 	for ; i < len(acts); i++ {

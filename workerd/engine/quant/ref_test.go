@@ -254,41 +254,33 @@ func TestDotTileIsDot(t *testing.T) {
 	}
 }
 
-// TestTilesRun: with AVX2 the four-activation K-quant tiles take the
-// activations DotTile hands them (TestDotTileIsDot would pass through
-// the one-at-a-time fallback too), and they refuse activations of
-// another length.
+// TestTilesRun: with AVX2 the K-quant tiles (eight activations, then
+// four) take every whole tile DotTile hands them (TestDotTileIsDot would
+// pass through the one-at-a-time fallback too), and stop at an
+// activation of another length.
 func TestTilesRun(t *testing.T) {
-	if !haveAVX2 {
+	if !haveKTiles {
 		t.Skip("no AVX2: DotTile runs Dot per activation")
 	}
 	r := rand.New(rand.NewPCG(17, 18))
-	for _, tc := range []struct {
-		typ gguf.Type
-		x4  func([]byte, *[4]*Act, *[4]float32) bool
-	}{
-		{gguf.Q4_K, dotQ4Kx4},
-		{gguf.Q6_K, dotQ6Kx4},
-	} {
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
 		const n = 512
-		row := randomRow(r, tc.typ, n)
-		var acts [4]Act
-		var tile [4]*Act
+		row := randomRow(r, typ, n)
+		acts := make([]Act, 15)
 		for i := range acts {
 			x := make([]float32, n)
 			for j := range x {
 				x[j] = float32(r.NormFloat64())
 			}
-			acts[i].Prepare(tc.typ, x)
-			tile[i] = &acts[i]
+			acts[i].Prepare(typ, x)
 		}
-		var out [4]float32
-		if !tc.x4(row, &tile, &out) {
-			t.Fatalf("%s: the tile refused four activations of the row's length", tc.typ)
+		out := make([]float32, len(acts))
+		if got := kTiles(row, acts, out); got != 12 {
+			t.Fatalf("%s: the tiles took %d of 15 activations, want 12 (8 + 4)", typ, got)
 		}
-		acts[3].Prepare(tc.typ, make([]float32, 2*n))
-		if tc.x4(row, &tile, &out) {
-			t.Fatalf("%s: the tile took an activation of another length", tc.typ)
+		acts[9].Prepare(typ, make([]float32, 2*n))
+		if got := kTiles(row, acts, out); got != 8 {
+			t.Fatalf("%s: with activation 9 of another length the tiles took %d, want 8", typ, got)
 		}
 	}
 }
