@@ -77,13 +77,38 @@ func kTiles(row []byte, acts []Act, out []float32) int {
 
 // addLanes sets out[k] to start[k] plus activation k's eight lanes in
 // lane order (dotQ4K's and dotQ6K's final sum; Q6_K starts at zero: its
-// mins stay zero), the activations' sums interleaved: independent
-// chains of additions instead of one long one.
+// mins stay zero), the activations' sums interleaved in locals: eight
+// (or four) independent chains of additions instead of one long one.
 func addLanes(out, start []float32, l [][8]float32) {
-	copy(out, start)
-	for j := 0; j < 8; j++ {
-		for k := range out {
-			out[k] += l[k][j]
-		}
+	if len(out) == 8 {
+		addLanes8((*[8]float32)(out), (*[8]float32)(start), (*[8][8]float32)(l))
+		return
 	}
+	addLanes4((*[4]float32)(out), (*[4]float32)(start), (*[4][8]float32)(l))
+}
+
+func addLanes8(out, start *[8]float32, l *[8][8]float32) {
+	s0, s1, s2, s3, s4, s5, s6, s7 := start[0], start[1], start[2], start[3], start[4], start[5], start[6], start[7]
+	for j := 0; j < 8; j++ {
+		s0 += l[0][j]
+		s1 += l[1][j]
+		s2 += l[2][j]
+		s3 += l[3][j]
+		s4 += l[4][j]
+		s5 += l[5][j]
+		s6 += l[6][j]
+		s7 += l[7][j]
+	}
+	*out = [8]float32{s0, s1, s2, s3, s4, s5, s6, s7}
+}
+
+func addLanes4(out, start *[4]float32, l *[4][8]float32) {
+	s0, s1, s2, s3 := start[0], start[1], start[2], start[3]
+	for j := 0; j < 8; j++ {
+		s0 += l[0][j]
+		s1 += l[1][j]
+		s2 += l[2][j]
+		s3 += l[3][j]
+	}
+	*out = [4]float32{s0, s1, s2, s3}
 }
