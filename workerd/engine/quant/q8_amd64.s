@@ -132,10 +132,9 @@ q8done:
 // Q8TILE is one activation's part of a q8_0Dot4AVX2 group of four
 // blocks: the weight quants in Y0-Y3, their magnitudes in Y4-Y7, the
 // four weight scales in X14, Y13 sixteen-bit ones; the activation's
-// quants at qreg, its block scales at dreg, its running sum at acc(SP).
-// The four block terms are the scalar kernel's (float32(sumi) ·
-// (dw·dx)) and are added to the sum one by one in block order.
-#define Q8TILE(qreg, dreg, acc) \
+// quants at qreg, its block scales at dreg. Its four block terms, the
+// scalar kernel's float32(sumi)·(dw·dx), go to term(SP).
+#define Q8TILE(qreg, dreg, term) \
 	VMOVDQU 0(qreg), Y12 \
 	VPSIGNB Y0, Y12, Y12 \
 	VPMADDUBSW Y12, Y4, Y8 \
@@ -160,18 +159,19 @@ q8done:
 	VCVTDQ2PS X8, X8 \
 	VMULPS (dreg), X14, X9 \
 	VMULPS X9, X8, X8 \
-	VMOVSS acc(SP), X15 \
-	ADD4(X8, X15) \
-	VMOVSS X15, acc(SP)
+	VMOVUPS X8, term(SP)
 
 // func q8_0Dot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, out *[4]float32)
 //
 // q8_0DotAVX2 of one weight row with four activations (prefill's tile):
 // each group of four weight blocks is loaded, made absolute and its
-// scales converted once for the four. nb must be a positive multiple of
-// 4. Every activation gets the scalar kernel's float operations in its
-// order, so the results are q8_0DotAVX2's bit for bit.
-TEXT ·q8_0Dot4AVX2(SB), NOSPLIT, $32-40
+// scales converted once for the four. The four activations' block terms
+// (a row of four blocks each, on the stack) are transposed so that X15,
+// the four running sums side by side, takes block 0's terms, then block
+// 1's, ...: each activation's sum gets its terms in block order, the
+// scalar kernel's additions. nb must be a positive multiple of 4. The
+// results are q8_0DotAVX2's bit for bit.
+TEXT ·q8_0Dot4AVX2(SB), NOSPLIT, $64-40
 	MOVQ row+0(FP), SI
 	MOVQ nb+8(FP), CX
 	MOVQ q+16(FP), AX
@@ -188,7 +188,6 @@ TEXT ·q8_0Dot4AVX2(SB), NOSPLIT, $32-40
 	VMOVD AX, X13
 	VPBROADCASTD X13, Y13
 	VXORPS X15, X15, X15
-	VMOVUPS X15, 16(SP)
 
 q8t4:
 	VMOVDQU 2(SI), Y0
@@ -208,10 +207,27 @@ q8t4:
 	MOVWLZX 102(SI), AX
 	VPINSRW $3, AX, X14, X14
 	VCVTPH2PS X14, X14
-	Q8TILE(DI, BX, 16)
-	Q8TILE(R8, R11, 20)
-	Q8TILE(R9, R12, 24)
-	Q8TILE(R10, R13, 28)
+	Q8TILE(DI, BX, 0)
+	Q8TILE(R8, R11, 16)
+	Q8TILE(R9, R12, 32)
+	Q8TILE(R10, R13, 48)
+	// Rows a, b, c, d (activations) of four block terms to columns.
+	VMOVUPS 0(SP), X0
+	VMOVUPS 16(SP), X1
+	VMOVUPS 32(SP), X2
+	VMOVUPS 48(SP), X3
+	VUNPCKLPS X1, X0, X4
+	VUNPCKHPS X1, X0, X5
+	VUNPCKLPS X3, X2, X6
+	VUNPCKHPS X3, X2, X7
+	VMOVLHPS X6, X4, X0
+	VMOVHLPS X4, X6, X1
+	VMOVLHPS X7, X5, X2
+	VMOVHLPS X5, X7, X3
+	VADDPS X0, X15, X15
+	VADDPS X1, X15, X15
+	VADDPS X2, X15, X15
+	VADDPS X3, X15, X15
 	ADDQ $136, SI
 	ADDQ $128, DI
 	ADDQ $128, R8
@@ -225,7 +241,6 @@ q8t4:
 	JNE q8t4
 
 	MOVQ out+32(FP), DX
-	VMOVUPS 16(SP), X15
 	VMOVUPS X15, (DX)
 	VZEROUPPER
 	RET
