@@ -19,3 +19,5 @@ func dotF16Vec(w []uint16, x []float32) (float64, int) { return 0, 0 }
 const haveKTiles = false
 
 func kTiles(row []byte, acts []Act, out []float32) int { return 0 }
+
+func quantizeQ8KVec(x []float32, q []int8, d []float32, sums []int16) bool { return false }

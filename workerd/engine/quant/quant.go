@@ -156,10 +156,21 @@ func nearestInt(f float32) int32 {
 	return int32(math.Float32bits(v)&0x007fffff) - 0x00400000
 }
 
-// quantizeQ8_K is ggml's quantize_row_q8_K_ref.
+// quantizeQ8_K is ggml's quantize_row_q8_K_ref, in assembly where the
+// CPU allows (the same float32 operations per element, bit for bit).
 //
 //go:norace
 func quantizeQ8_K(x []float32, q []int8, d []float32, sums []int16) {
+	if quantizeQ8KVec(x, q, d, sums) {
+		return
+	}
+	quantizeQ8KPortable(x, q, d, sums)
+}
+
+// quantizeQ8KPortable is quantizeQ8_K in plain Go.
+//
+//go:norace
+func quantizeQ8KPortable(x []float32, q []int8, d []float32, sums []int16) {
 	for b := range d {
 		blk := x[b*QKK : (b+1)*QKK]
 		qb := q[b*QKK : (b+1)*QKK]

@@ -233,3 +233,21 @@ func BenchmarkDotTile(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPrepare: one 1024-element activation prepared for each type
+// (quantization, and for the K-quants the tile order too).
+func BenchmarkPrepare(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 5))
+	x := make([]float32, 1024)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_K} {
+		b.Run(typ.String(), func(b *testing.B) {
+			var a Act
+			for b.Loop() {
+				a.Prepare(typ, x)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package quant
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
@@ -281,6 +282,79 @@ func TestTilesRun(t *testing.T) {
 		acts[9].Prepare(typ, make([]float32, 2*n))
 		if got := kTiles(row, acts, out); got != 8 {
 			t.Fatalf("%s: with activation 9 of another length the tiles took %d, want 8", typ, got)
+		}
+	}
+}
+
+// TestQuantizeQ8KVecIsPortable: the assembly Q8_K quantization gives the
+// portable kernel's quants, sums and scales bit for bit, on random blocks
+// and on the edge cases of its maximum search and rounding: ties of +amax
+// and -amax in either order (the first one sets the sign), zero and
+// negative-zero blocks, NaNs (ignored by the search), infinities, values
+// at rounding midpoints, subnormal and huge magnitudes.
+func TestQuantizeQ8KVecIsPortable(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2: only the portable kernel runs")
+	}
+	r := rand.New(rand.NewPCG(19, 20))
+	edits := []func(b []float32){
+		func(b []float32) {},
+		func(b []float32) { b[7], b[200] = -5, 5 },
+		func(b []float32) { b[7], b[200] = 5, -5 },
+		func(b []float32) { clear(b) },
+		func(b []float32) {
+			for i := range b {
+				b[i] = float32(math.Copysign(0, -1))
+			}
+		},
+		func(b []float32) { b[9], b[14] = -5, 5 }, // within one vector of 8
+		func(b []float32) { b[9], b[14] = 5, -5 },
+		func(b []float32) { b[3], b[100], b[255] = float32(math.NaN()), 9, float32(math.NaN()) },
+		func(b []float32) {
+			for i := range b {
+				b[i] = float32(math.NaN())
+			}
+		},
+		func(b []float32) { b[50] = float32(math.Inf(-1)) },
+		func(b []float32) {
+			for i := range b {
+				b[i] = float32(i%254-127) + 0.5 // iscale 1: products at .5, ties to even
+			}
+			b[0] = -127
+		},
+		func(b []float32) {
+			for i := range b {
+				b[i] *= 1e-40
+			}
+		},
+		func(b []float32) {
+			for i := range b {
+				b[i] *= 1e30
+			}
+		},
+	}
+	for _, nb := range []int{1, 3} {
+		for _, edit := range edits {
+			x := make([]float32, nb*QKK)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			edit(x[(nb-1)*QKK:])
+			q1, q2 := make([]int8, len(x)), make([]int8, len(x))
+			d1, d2 := make([]float32, nb), make([]float32, nb)
+			s1, s2 := make([]int16, nb*16), make([]int16, nb*16)
+			quantizeQ8KPortable(x, q1, d1, s1)
+			if !quantizeQ8KVec(x, q2, d2, s2) {
+				t.Fatal("the assembly quantizer did not run")
+			}
+			for b := range d1 {
+				if math.Float32bits(d1[b]) != math.Float32bits(d2[b]) {
+					t.Fatalf("nb=%d block %d: d %g, portable %g", nb, b, d2[b], d1[b])
+				}
+			}
+			if !slices.Equal(q1, q2) || !slices.Equal(s1, s2) {
+				t.Fatalf("nb=%d: quants or sums differ from the portable kernel's", nb)
+			}
 		}
 	}
 }
