@@ -164,16 +164,9 @@
 	Q4ACT(6, yoff, Y10) \
 	Q4ACT(7, yoff, Y11)
 
-// Q4ARGS loads the arguments shared by q4KDot4AVX2 and q4KDot8AVX2 and
-// zeroes the n activations' lanes and mins sums.
-#define Q4ARGS(n) \
-	MOVQ row+0(FP), SI \
-	MOVQ nb+8(FP), CX \
-	MOVQ q+16(FP), R10 \
-	MOVQ d+24(FP), R11 \
-	MOVQ sums32+32(FP), R12 \
-	MOVQ lanes+40(FP), DX \
-	MOVQ mins+48(FP), AX \
+// KINIT zeroes the n activations' lanes at DX (leaving X0 zero) and sets
+// the constants and offsets.
+#define KINIT(n) \
 	VXORPS Y0, Y0, Y0 \
 	MOVQ $0, R13 \
 	MOVQ $(n*32), R14 \
@@ -181,7 +174,6 @@
 	ADDQ $32, R13 \
 	CMPQ R13, R14 \
 	JLT -3(PC) \
-	VMOVUPS X0, (AX) \
 	MOVL $0x0f0f0f0f, R13 \
 	VMOVD R13, X15 \
 	VPBROADCASTD X15, Y15 \
@@ -200,7 +192,15 @@
 // and mins[k] are what q4KDotAVX2 stores and returns for activation k.
 // nb > 0.
 TEXT ·q4KDot4AVX2(SB), NOSPLIT, $32-56
-	Q4ARGS(4)
+	MOVQ row+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ q+16(FP), R10
+	MOVQ d+24(FP), R11
+	MOVQ sums32+32(FP), R12
+	MOVQ lanes+40(FP), DX
+	MOVQ mins+48(FP), AX
+	KINIT(4)
+	VMOVUPS X0, (AX)
 
 q4k4block:
 	Q4SCALES
@@ -225,7 +225,15 @@ q4k4block:
 //
 // q4KDot4AVX2 for eight activations.
 TEXT ·q4KDot8AVX2(SB), NOSPLIT, $48-56
-	Q4ARGS(8)
+	MOVQ row+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ q+16(FP), R10
+	MOVQ d+24(FP), R11
+	MOVQ sums32+32(FP), R12
+	MOVQ lanes+40(FP), DX
+	MOVQ mins+48(FP), AX
+	KINIT(8)
+	VMOVUPS X0, (AX)
 	VMOVUPS X0, 16(AX)
 
 q4k8block:
@@ -337,33 +345,17 @@ GLOBL q6Bytes<>(SB), RODATA|NOPTR, $32
 	chunk(64, 4, 160, 4, 192, 24) \
 	chunk(96, 4, 160, 6, 224, 28)
 
-// Q6ARGS loads q6KDot4AVX2's and q6KDot8AVX2's arguments and zeroes the
-// n activations' lanes.
-#define Q6ARGS(n) \
-	MOVQ row+0(FP), SI \
-	MOVQ nb+8(FP), CX \
-	MOVQ q+16(FP), R10 \
-	MOVQ d+24(FP), R11 \
-	MOVQ lanes+32(FP), DX \
-	VXORPS Y0, Y0, Y0 \
-	MOVQ $0, R13 \
-	MOVQ $(n*32), R14 \
-	VMOVUPS Y0, (DX)(R13*1) \
-	ADDQ $32, R13 \
-	CMPQ R13, R14 \
-	JLT -3(PC) \
-	MOVL $0x0f0f0f0f, R13 \
-	VMOVD R13, X15 \
-	VPBROADCASTD X15, Y15 \
-	XORQ DI, DI \
-	XORQ BX, BX
-
 // func q6KDot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, lanes *[4][8]float32)
 //
 // q6KDotAVX2 of one row with four activations (q: their QT): lanes[k]
 // is what q6KDotAVX2 stores for activation k. nb > 0.
 TEXT ·q6KDot4AVX2(SB), NOSPLIT, $48-40
-	Q6ARGS(4)
+	MOVQ row+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ q+16(FP), R10
+	MOVQ d+24(FP), R11
+	MOVQ lanes+32(FP), DX
+	KINIT(4)
 
 q6k4block:
 	VPMOVSXBW 192(SI), Y0
@@ -385,7 +377,12 @@ q6k4block:
 //
 // q6KDot4AVX2 for eight activations.
 TEXT ·q6KDot8AVX2(SB), NOSPLIT, $64-40
-	Q6ARGS(8)
+	MOVQ row+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ q+16(FP), R10
+	MOVQ d+24(FP), R11
+	MOVQ lanes+32(FP), DX
+	KINIT(8)
 
 q6k8block:
 	VPMOVSXBW 192(SI), Y0

@@ -1,6 +1,10 @@
 package quant
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+)
 
 // haveAVX2 selects the assembly kernels (AVX2, with F16C for the F16
 // scales). Integer sums are exact and the float operations are the
@@ -25,25 +29,46 @@ func dotQ8_0Vec(row []byte, a *Act) (sum float32, ok bool) {
 //go:noescape
 func q8_0Dot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, out *[4]float32)
 
-// dotQ8_0x4 is dotQ8_0 of row with four activations of its length, bit
-// for bit; ok is false without AVX2 or when the row's blocks are not a
-// multiple of four.
-func dotQ8_0x4(row []byte, a *[4]*Act, out *[4]float32) bool {
-	nb := len(a[0].D)
+//go:noescape
+func q8_0Dot8AVX2(row *byte, nb int, q *[8]*int8, d *[8]*float32, out *[8]float32)
+
+// q8_0Tiles computes out[i] = Dot(row, &acts[i]) for the leading
+// activations that fill tiles of eight, then of four (each group of four
+// weight blocks loaded and prepared once for the tile), bit for bit, and
+// returns how many it did: 0 without AVX2 or when the row's blocks are
+// not a multiple of four; it stops at an activation prepared for another
+// type or length.
+//
+//go:norace
+func q8_0Tiles(row []byte, acts []Act, out []float32) int {
+	nb := len(acts[0].D)
 	if !haveAVX2 || nb == 0 || nb%4 != 0 {
-		return false
+		return 0
 	}
 	_ = row[nb*34-1]
-	var q [4]*int8
-	var d [4]*float32
-	for i, x := range a {
-		if len(x.D) != nb || len(x.Q) != nb*32 {
-			return false
+	var q [8]*int8
+	var d [8]*float32
+	i := 0
+	for i+4 <= len(acts) {
+		n := 4
+		if i+8 <= len(acts) {
+			n = 8
 		}
-		q[i], d[i] = &x.Q[0], &x.D[0]
+		for k := range n {
+			a := &acts[i+k]
+			if a.Type != gguf.Q8_0 || len(a.D) != nb || len(a.Q) != nb*QK8_0 {
+				return i
+			}
+			q[k], d[k] = &a.Q[0], &a.D[0]
+		}
+		if n == 8 {
+			q8_0Dot8AVX2(&row[0], nb, &q, &d, (*[8]float32)(out[i:i+8]))
+		} else {
+			q8_0Dot4AVX2(&row[0], nb, (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]float32)(out[i:i+4]))
+		}
+		i += n
 	}
-	q8_0Dot4AVX2(&row[0], nb, &q, &d, out)
-	return true
+	return i
 }
 
 //go:noescape

@@ -129,25 +129,27 @@ q8done:
 	VZEROUPPER
 	RET
 
-// Q8TILE is one activation's part of a q8_0Dot4AVX2 group of four
-// blocks: the weight quants in Y0-Y3, their magnitudes in Y4-Y7, the
-// four weight scales in X14, Y13 sixteen-bit ones; the activation's
-// quants at qreg, its block scales at dreg. Its four block terms, the
-// scalar kernel's float32(sumi)·(dw·dx), go to term(SP).
-#define Q8TILE(qreg, dreg, term) \
-	VMOVDQU 0(qreg), Y12 \
+// Q8TILE is activation k's part of a Q8_0 tile's group of four blocks:
+// the weight quants in Y0-Y3, their magnitudes in Y4-Y7, the four weight
+// scales in X14, Y13 sixteen-bit ones; the activation's quants at
+// DI(its pointer in the array at R10), its block scales at BX(its
+// pointer in the array at R11). Its four block terms, the scalar
+// kernel's float32(sumi)·(dw·dx), go to 16k(SP).
+#define Q8TILE(k) \
+	MOVQ (k*8)(R10), R13 \
+	VMOVDQU 0(R13)(DI*1), Y12 \
 	VPSIGNB Y0, Y12, Y12 \
 	VPMADDUBSW Y12, Y4, Y8 \
 	VPMADDWD Y13, Y8, Y8 \
-	VMOVDQU 32(qreg), Y12 \
+	VMOVDQU 32(R13)(DI*1), Y12 \
 	VPSIGNB Y1, Y12, Y12 \
 	VPMADDUBSW Y12, Y5, Y9 \
 	VPMADDWD Y13, Y9, Y9 \
-	VMOVDQU 64(qreg), Y12 \
+	VMOVDQU 64(R13)(DI*1), Y12 \
 	VPSIGNB Y2, Y12, Y12 \
 	VPMADDUBSW Y12, Y6, Y10 \
 	VPMADDWD Y13, Y10, Y10 \
-	VMOVDQU 96(qreg), Y12 \
+	VMOVDQU 96(R13)(DI*1), Y12 \
 	VPSIGNB Y3, Y12, Y12 \
 	VPMADDUBSW Y12, Y7, Y11 \
 	VPMADDWD Y13, Y11, Y11 \
@@ -157,91 +159,133 @@ q8done:
 	VEXTRACTI128 $1, Y8, X9 \
 	VPADDD X9, X8, X8 \
 	VCVTDQ2PS X8, X8 \
-	VMULPS (dreg), X14, X9 \
+	MOVQ (k*8)(R11), R13 \
+	VMULPS (R13)(BX*1), X14, X9 \
 	VMULPS X9, X8, X8 \
-	VMOVUPS X8, term(SP)
+	VMOVUPS X8, (16*k)(SP)
+
+// Q8WEIGHTS loads a group of four weight blocks at SI: quants in Y0-Y3,
+// magnitudes in Y4-Y7, scales converted into X14.
+#define Q8WEIGHTS \
+	VMOVDQU 2(SI), Y0 \
+	VMOVDQU 36(SI), Y1 \
+	VMOVDQU 70(SI), Y2 \
+	VMOVDQU 104(SI), Y3 \
+	VPSIGNB Y0, Y0, Y4 \
+	VPSIGNB Y1, Y1, Y5 \
+	VPSIGNB Y2, Y2, Y6 \
+	VPSIGNB Y3, Y3, Y7 \
+	MOVWLZX 0(SI), AX \
+	VMOVD AX, X14 \
+	MOVWLZX 34(SI), AX \
+	VPINSRW $1, AX, X14, X14 \
+	MOVWLZX 68(SI), AX \
+	VPINSRW $2, AX, X14, X14 \
+	MOVWLZX 102(SI), AX \
+	VPINSRW $3, AX, X14, X14 \
+	VCVTPH2PS X14, X14
+
+// Q8SUMS transposes the block terms of four activations (rows of four
+// blocks at off(SP)) to columns and adds them to sums (the four
+// activations' running sums side by side): block 0's terms, then block
+// 1's, ..., so each sum takes its terms in block order, the scalar
+// kernel's additions. Uses Y0-Y7, free once a group's terms are made.
+#define Q8SUMS(off, sums) \
+	VMOVUPS off(SP), X0 \
+	VMOVUPS (off+16)(SP), X1 \
+	VMOVUPS (off+32)(SP), X2 \
+	VMOVUPS (off+48)(SP), X3 \
+	VUNPCKLPS X1, X0, X4 \
+	VUNPCKHPS X1, X0, X5 \
+	VUNPCKLPS X3, X2, X6 \
+	VUNPCKHPS X3, X2, X7 \
+	VMOVLHPS X6, X4, X0 \
+	VMOVHLPS X4, X6, X1 \
+	VMOVLHPS X7, X5, X2 \
+	VMOVHLPS X5, X7, X3 \
+	VADDPS X0, sums, sums \
+	VADDPS X1, sums, sums \
+	VADDPS X2, sums, sums \
+	VADDPS X3, sums, sums
+
+// Q8TILEINIT sets the constants and offsets of q8_0Dot4AVX2 and
+// q8_0Dot8AVX2 (their arguments loaded).
+#define Q8TILEINIT \
+	MOVL $0x00010001, AX \
+	VMOVD AX, X13 \
+	VPBROADCASTD X13, Y13 \
+	VXORPS X15, X15, X15 \
+	XORQ DI, DI \
+	XORQ BX, BX
+
+#define Q8TILENEXT \
+	ADDQ $136, SI \
+	ADDQ $128, DI \
+	ADDQ $16, BX \
+	SUBQ $4, CX
 
 // func q8_0Dot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, out *[4]float32)
 //
 // q8_0DotAVX2 of one weight row with four activations (prefill's tile):
 // each group of four weight blocks is loaded, made absolute and its
-// scales converted once for the four. The four activations' block terms
-// (a row of four blocks each, on the stack) are transposed so that X15,
-// the four running sums side by side, takes block 0's terms, then block
-// 1's, ...: each activation's sum gets its terms in block order, the
-// scalar kernel's additions. nb must be a positive multiple of 4. The
-// results are q8_0DotAVX2's bit for bit.
+// scales converted once for the four, and the activations' block terms
+// are added to their sums side by side (Q8SUMS). nb must be a positive
+// multiple of 4. The results are q8_0DotAVX2's bit for bit.
 TEXT ·q8_0Dot4AVX2(SB), NOSPLIT, $64-40
 	MOVQ row+0(FP), SI
 	MOVQ nb+8(FP), CX
-	MOVQ q+16(FP), AX
-	MOVQ 0(AX), DI
-	MOVQ 8(AX), R8
-	MOVQ 16(AX), R9
-	MOVQ 24(AX), R10
-	MOVQ d+24(FP), AX
-	MOVQ 0(AX), BX
-	MOVQ 8(AX), R11
-	MOVQ 16(AX), R12
-	MOVQ 24(AX), R13
-	MOVL $0x00010001, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13
-	VXORPS X15, X15, X15
+	MOVQ q+16(FP), R10
+	MOVQ d+24(FP), R11
+	Q8TILEINIT
 
 q8t4:
-	VMOVDQU 2(SI), Y0
-	VMOVDQU 36(SI), Y1
-	VMOVDQU 70(SI), Y2
-	VMOVDQU 104(SI), Y3
-	VPSIGNB Y0, Y0, Y4
-	VPSIGNB Y1, Y1, Y5
-	VPSIGNB Y2, Y2, Y6
-	VPSIGNB Y3, Y3, Y7
-	MOVWLZX 0(SI), AX
-	VMOVD AX, X14
-	MOVWLZX 34(SI), AX
-	VPINSRW $1, AX, X14, X14
-	MOVWLZX 68(SI), AX
-	VPINSRW $2, AX, X14, X14
-	MOVWLZX 102(SI), AX
-	VPINSRW $3, AX, X14, X14
-	VCVTPH2PS X14, X14
-	Q8TILE(DI, BX, 0)
-	Q8TILE(R8, R11, 16)
-	Q8TILE(R9, R12, 32)
-	Q8TILE(R10, R13, 48)
-	// Rows a, b, c, d (activations) of four block terms to columns.
-	VMOVUPS 0(SP), X0
-	VMOVUPS 16(SP), X1
-	VMOVUPS 32(SP), X2
-	VMOVUPS 48(SP), X3
-	VUNPCKLPS X1, X0, X4
-	VUNPCKHPS X1, X0, X5
-	VUNPCKLPS X3, X2, X6
-	VUNPCKHPS X3, X2, X7
-	VMOVLHPS X6, X4, X0
-	VMOVHLPS X4, X6, X1
-	VMOVLHPS X7, X5, X2
-	VMOVHLPS X5, X7, X3
-	VADDPS X0, X15, X15
-	VADDPS X1, X15, X15
-	VADDPS X2, X15, X15
-	VADDPS X3, X15, X15
-	ADDQ $136, SI
-	ADDQ $128, DI
-	ADDQ $128, R8
-	ADDQ $128, R9
-	ADDQ $128, R10
-	ADDQ $16, BX
-	ADDQ $16, R11
-	ADDQ $16, R12
-	ADDQ $16, R13
-	SUBQ $4, CX
+	Q8WEIGHTS
+	Q8TILE(0)
+	Q8TILE(1)
+	Q8TILE(2)
+	Q8TILE(3)
+	Q8SUMS(0, X15)
+	Q8TILENEXT
 	JNE q8t4
 
 	MOVQ out+32(FP), DX
 	VMOVUPS X15, (DX)
+	VZEROUPPER
+	RET
+
+// func q8_0Dot8AVX2(row *byte, nb int, q *[8]*int8, d *[8]*float32, out *[8]float32)
+//
+// q8_0Dot4AVX2 for eight activations; the sums of activations 4-7 are
+// kept at 128(SP).
+TEXT ·q8_0Dot8AVX2(SB), NOSPLIT, $144-40
+	MOVQ row+0(FP), SI
+	MOVQ nb+8(FP), CX
+	MOVQ q+16(FP), R10
+	MOVQ d+24(FP), R11
+	Q8TILEINIT
+	VMOVUPS X15, 128(SP)
+
+q8t8:
+	Q8WEIGHTS
+	Q8TILE(0)
+	Q8TILE(1)
+	Q8TILE(2)
+	Q8TILE(3)
+	Q8TILE(4)
+	Q8TILE(5)
+	Q8TILE(6)
+	Q8TILE(7)
+	Q8SUMS(0, X15)
+	VMOVUPS 128(SP), X14
+	Q8SUMS(64, X14)
+	VMOVUPS X14, 128(SP)
+	Q8TILENEXT
+	JNE q8t8
+
+	MOVQ out+32(FP), DX
+	VMOVUPS X15, (DX)
+	VMOVUPS 128(SP), X15
+	VMOVUPS X15, 16(DX)
 	VZEROUPPER
 	RET
 

@@ -6,7 +6,7 @@ const haveAVX2 = false
 
 func dotQ8_0Vec(row []byte, a *Act) (float32, bool) { return 0, false }
 
-func dotQ8_0x4(row []byte, a *[4]*Act, out *[4]float32) bool { return false }
+func q8_0Tiles(row []byte, acts []Act, out []float32) int { return 0 }
 
 func q4KVec(row []byte, a *Act, lanes *[8]float32) (float32, bool) { return 0, false }
 

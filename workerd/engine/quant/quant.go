@@ -351,15 +351,7 @@ func DotTile(row []byte, acts []Act, out []float32) {
 	if len(acts) >= 4 {
 		switch acts[0].Type {
 		case gguf.Q8_0:
-			var tile [4]*Act
-			for ; i+4 <= len(acts); i += 4 {
-				for k := range tile {
-					tile[k] = &acts[i+k]
-				}
-				if !dotQ8_0x4(row, &tile, (*[4]float32)(out[i:i+4])) {
-					break
-				}
-			}
+			i = q8_0Tiles(row, acts, out)
 		case gguf.Q4_K, gguf.Q6_K:
 			i = kTiles(row, acts, out)
 		}

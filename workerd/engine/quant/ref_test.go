@@ -255,16 +255,20 @@ func TestDotTileIsDot(t *testing.T) {
 	}
 }
 
-// TestTilesRun: with AVX2 the K-quant tiles (eight activations, then
-// four) take every whole tile DotTile hands them (TestDotTileIsDot would
-// pass through the one-at-a-time fallback too), and stop at an
-// activation of another length.
+// TestTilesRun: with AVX2 the Q8_0 and K-quant tiles (eight
+// activations, then four) take every whole tile DotTile hands them
+// (TestDotTileIsDot would pass through the one-at-a-time fallback too),
+// and stop at an activation of another length.
 func TestTilesRun(t *testing.T) {
-	if !haveKTiles {
+	if !haveAVX2 {
 		t.Skip("no AVX2: DotTile runs Dot per activation")
 	}
 	r := rand.New(rand.NewPCG(17, 18))
-	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
+	for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
+		tiles := kTiles
+		if typ == gguf.Q8_0 {
+			tiles = q8_0Tiles
+		}
 		const n = 512
 		row := randomRow(r, typ, n)
 		acts := make([]Act, 15)
@@ -276,11 +280,11 @@ func TestTilesRun(t *testing.T) {
 			acts[i].Prepare(typ, x)
 		}
 		out := make([]float32, len(acts))
-		if got := kTiles(row, acts, out); got != 12 {
+		if got := tiles(row, acts, out); got != 12 {
 			t.Fatalf("%s: the tiles took %d of 15 activations, want 12 (8 + 4)", typ, got)
 		}
 		acts[9].Prepare(typ, make([]float32, 2*n))
-		if got := kTiles(row, acts, out); got != 8 {
+		if got := tiles(row, acts, out); got != 8 {
 			t.Fatalf("%s: with activation 9 of another length the tiles took %d, want 8", typ, got)
 		}
 	}
