@@ -21,3 +21,5 @@ const haveKTiles = false
 func kTiles(row []byte, acts []Act, out []float32) int { return 0 }
 
 func quantizeQ8KVec(x []float32, q []int8, d []float32, sums []int16) bool { return false }
+
+func quantizeQ8_0Vec(x []float32, q []int8, d []float32) bool { return false }

@@ -126,10 +126,21 @@ var q4KTileOrder, q6KTileOrder = func() (q4 [64]uint8, q6 [32]uint8) {
 }()
 
 // quantizeQ8_0 is ggml's quantize_row_q8_0_ref: d = amax/127 stored as
-// F16, quants rounded half away from zero with the unrounded scale.
+// F16, quants rounded half away from zero with the unrounded scale; in
+// assembly where the CPU allows and the row is finite (bit for bit).
 //
 //go:norace
 func quantizeQ8_0(x []float32, q []int8, d []float32) {
+	if quantizeQ8_0Vec(x, q, d) {
+		return
+	}
+	quantizeQ8_0Portable(x, q, d)
+}
+
+// quantizeQ8_0Portable is quantizeQ8_0 in plain Go.
+//
+//go:norace
+func quantizeQ8_0Portable(x []float32, q []int8, d []float32) {
 	for b := range d {
 		blk := x[b*QK8_0 : (b+1)*QK8_0]
 		var amax float32

@@ -192,3 +192,105 @@ q8knext:
 
 	VZEROUPPER
 	RET
+
+// Q80QUANT rounds the eight floats at off(SI) to Q8_0 quants at
+// off/4(DI): p = v·id in float32 (id broadcast in Y6), rounded half away
+// from zero as math.Round does (|p| truncated, plus one where the exact
+// fraction |p| - trunc|p| is at least 0.5; 0.5 in Y12, 1.0 in Y11, the
+// magnitude mask in Y15), the sign of p put back (VPSIGND), truncated
+// to int8.
+#define Q80QUANT(off) \
+	VMULPS off(SI), Y6, Y4 \
+	VANDPS Y15, Y4, Y5 \
+	VROUNDPS $3, Y5, Y7 \
+	VSUBPS Y7, Y5, Y5 \
+	VCMPPS $13, Y12, Y5, Y5 \
+	VANDPS Y11, Y5, Y5 \
+	VADDPS Y5, Y7, Y7 \
+	VCVTTPS2DQ Y7, Y7 \
+	VPSIGND Y4, Y7, Y7 \
+	VPSHUFB pickLow<>(SB), Y7, Y7 \
+	VPERMD Y7, Y10, Y7 \
+	VMOVQ X7, (off/4)(DI)
+
+// func quantizeQ8_0AVX2(x *float32, q *int8, d *float32, nb int) bool
+//
+// quantizeQ8_0 (ggml's quantize_row_q8_0_ref) for nb > 0 blocks of 32,
+// the same float32 operations per element: amax the largest |x|,
+// dd = amax/127, id = 1/dd (0 when dd is 0), d = dd rounded to F16
+// (VCVTPS2PH, to nearest even as RoundF16), quants round(x·id). Returns
+// false, having written part of q and d, if a block holds a NaN or an
+// infinity (Go's max propagates NaNs, and the F16 NaN encoding differs):
+// the caller then runs the portable kernel.
+TEXT ·quantizeQ8_0AVX2(SB), NOSPLIT, $0-33
+	MOVQ x+0(FP), SI
+	MOVQ q+8(FP), DI
+	MOVQ d+16(FP), BX
+	MOVQ nb+24(FP), CX
+	BCAST32(0x7fffffff, Y15, X15)
+	BCAST32(0x3f000000, Y12, X12)
+	BCAST32(0x3f800000, Y11, X11)
+	BCAST32(0x7f800000, Y14, X14)
+	BCAST32(0x42fe0000, Y13, X13)
+	VMOVDQU interleave<>(SB), Y10
+
+q80block:
+	VMOVUPS 0(SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VANDPS Y15, Y2, Y6
+	VANDPS Y15, Y3, Y7
+	// A NaN compares unordered with itself, and an infinity equals the
+	// infinity mask: either sends the row to the portable kernel.
+	VCMPPS $3, Y4, Y4, Y8
+	VCMPPS $3, Y5, Y5, Y9
+	VORPS Y9, Y8, Y8
+	VCMPPS $3, Y6, Y6, Y9
+	VORPS Y9, Y8, Y8
+	VCMPPS $3, Y7, Y7, Y9
+	VORPS Y9, Y8, Y8
+	VMAXPS Y5, Y4, Y4
+	VMAXPS Y7, Y6, Y6
+	VMAXPS Y6, Y4, Y4
+	VCMPPS $0, Y14, Y4, Y9
+	VORPS Y9, Y8, Y8
+	VMOVMSKPS Y8, AX
+	TESTL AX, AX
+	JNE q80bad
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0xb1, X4, X5
+	VMAXPS X5, X4, X4
+	VDIVSS X13, X4, X4
+	VCVTPS2PH $0, X4, X5
+	VCVTPH2PS X5, X5
+	VMOVSS X5, (BX)
+	VXORPS X6, X6, X6
+	VUCOMISS X6, X4
+	JEQ q80id
+	VDIVSS X4, X11, X6
+
+q80id:
+	VBROADCASTSS X6, Y6
+	Q80QUANT(0)
+	Q80QUANT(32)
+	Q80QUANT(64)
+	Q80QUANT(96)
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $4, BX
+	DECQ CX
+	JNE q80block
+	MOVB $1, ret+32(FP)
+	VZEROUPPER
+	RET
+
+q80bad:
+	MOVB $0, ret+32(FP)
+	VZEROUPPER
+	RET

@@ -362,3 +362,72 @@ func TestQuantizeQ8KVecIsPortable(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeQ8_0VecIsPortable: the assembly Q8_0 quantization gives the
+// portable kernel's quants and F16 scales bit for bit: random blocks
+// with magnitudes from F16-subnormal scales to F16 overflow, scales that
+// are exact ties between two F16 values (round to even), quants at
+// rounding midpoints (half away from zero), zero and -0 blocks; rows
+// with a NaN or an infinity go to the portable kernel.
+func TestQuantizeQ8_0VecIsPortable(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2: only the portable kernel runs")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	const nb = 64
+	check := func(name string, x []float32, wantVec bool) {
+		t.Helper()
+		q1, q2 := make([]int8, len(x)), make([]int8, len(x))
+		d1, d2 := make([]float32, len(x)/QK8_0), make([]float32, len(x)/QK8_0)
+		quantizeQ8_0Portable(x, q1, d1)
+		if got := quantizeQ8_0Vec(x, q2, d2); got != wantVec {
+			t.Fatalf("%s: assembly ran %v, want %v", name, got, wantVec)
+		}
+		quantizeQ8_0(x, q2, d2)
+		for b := range d1 {
+			if math.Float32bits(d1[b]) != math.Float32bits(d2[b]) {
+				t.Fatalf("%s: block %d: d %g (%#x), portable %g (%#x)", name, b, d2[b], math.Float32bits(d2[b]), d1[b], math.Float32bits(d1[b]))
+			}
+		}
+		if !slices.Equal(q1, q2) {
+			t.Fatalf("%s: quants differ from the portable kernel's", name)
+		}
+	}
+	for trial := 0; trial < 200; trial++ {
+		x := make([]float32, nb*QK8_0)
+		for b := 0; b < nb; b++ {
+			scale := math.Ldexp(1, r.IntN(80)-50) // 2^-50 .. 2^29
+			for j := 0; j < QK8_0; j++ {
+				x[b*QK8_0+j] = float32(r.NormFloat64() * scale)
+			}
+			if b%4 == 1 {
+				// amax = 127·h, h halfway between two F16 values: dd = h exactly.
+				h := float32(math.Ldexp(1+float64(2*r.IntN(1024)+1)/2048, r.IntN(30)-20))
+				x[b*QK8_0+r.IntN(QK8_0)] = 127 * h * float32(1-2*r.IntN(2))
+				for j := 0; j < QK8_0; j++ {
+					x[b*QK8_0+j] = min(x[b*QK8_0+j], 127*h)
+					x[b*QK8_0+j] = max(x[b*QK8_0+j], -127*h)
+				}
+			}
+		}
+		check("random", x, true)
+	}
+	x := make([]float32, nb*QK8_0)
+	for i := range x {
+		x[i] = float32(i%254-127) + 0.5 // amax 127: id 1, products at .5
+	}
+	for b := 0; b < nb; b++ {
+		x[b*QK8_0] = 127
+	}
+	check("midpoints", x, true)
+	clear(x)
+	check("zero", x, true)
+	for i := range x {
+		x[i] = float32(math.Copysign(0, -1))
+	}
+	check("-0", x, true)
+	x[100] = float32(math.NaN())
+	check("NaN", x, false)
+	x[100] = float32(math.Inf(-1))
+	check("Inf", x, false)
+}
