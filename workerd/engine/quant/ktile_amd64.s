@@ -31,8 +31,9 @@
 	MOVQ (g*32+24)(R11), R13 \
 	VINSERTPS $0x30, (R13)(BX*1), X12, X12
 
-// KDSCALE stores dw·D[b] of activations 4g..4g+3 at soff+16g(SP), the
-// F16 weight scale at woff(SI), each lane the scalar kernel's product.
+// KDSCALE gathers D[b] of activations 4g..4g+3 into X12 (KDVEC) and
+// stores dw·D[b] at soff+16g(SP), the F16 weight scale at woff(SI), each
+// lane the scalar kernel's product.
 #define KDSCALE(g, woff, soff) \
 	KDVEC(g) \
 	MOVWLZX woff(SI), R13 \
@@ -99,11 +100,11 @@
 	MOVQ (k*8)(R12), R13 \
 	VPMADDWD (R13)(BX*4), X2, x
 
-// Q4MINS subtracts the mins terms of activations 4g..4g+3 from their
-// sums at 16g(AX), side by side, each lane q4KDotAVX2's scalar
-// operations: summ exact (VPHADDD), then mins -= float32(summ)·(dmin·D[b]).
+// Q4MINS subtracts the mins terms of activations 4g..4g+3 (their D[b]
+// in X12, as KDSCALE leaves them) from their sums at 16g(AX), side by
+// side, each lane q4KDotAVX2's scalar operations: summ exact (VPHADDD),
+// then mins -= float32(summ)·(dmin·D[b]).
 #define Q4MINS(g) \
-	KDVEC(g) \
 	MOVWLZX 2(SI), R13 \
 	VMOVD R13, X14 \
 	VCVTPH2PS X14, X14 \
@@ -204,8 +205,8 @@ TEXT ·q4KDot4AVX2(SB), NOSPLIT, $32-56
 
 q4k4block:
 	Q4SCALES
-	Q4MINS(0)
 	KDSCALE(0, 0, 16)
+	Q4MINS(0)
 	KZERO
 	Q4CHUNK4(16, 0, 0)
 	Q4CHUNK4(48, 64, 4)
@@ -238,10 +239,10 @@ TEXT ·q4KDot8AVX2(SB), NOSPLIT, $48-56
 
 q4k8block:
 	Q4SCALES
-	Q4MINS(0)
-	Q4MINS(1)
 	KDSCALE(0, 0, 16)
+	Q4MINS(0)
 	KDSCALE(1, 0, 16)
+	Q4MINS(1)
 	KZERO
 	Q4CHUNK8(16, 0, 0)
 	Q4CHUNK8(48, 64, 4)
