@@ -22,8 +22,11 @@
 // VPMADDUBSW, scales and mins unpacked in registers; so the float
 // reduction — and the result — is bit for bit the portable Go kernel's
 // (tests compare them on random blocks). DotTile computes one weight row
-// against a batch's activations (Q8_0: four at a time, each weight block
-// prepared once), each result the bits Dot gives alone. The F32/F16 dots
+// against a batch's activations, eight (then four) at a time for Q8_0,
+// Q4_K and Q6_K (ktile_amd64.s): each weight block or super-block is
+// unpacked once for the tile, the K-quant activations read in the tile's
+// order (Act.QT), and each result is the bits Dot gives alone (only the
+// exact integer sums are grouped differently). The F32/F16 dots
 // sum float32 products in float64 lanes (F16C converts halves exactly).
 // Elsewhere, or without AVX2, the portable kernels run: plain Go,
 // unrolled, bounds checks hoisted. Both use every core through the
