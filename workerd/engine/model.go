@@ -444,9 +444,15 @@ type scratch struct {
 	// (actTypes), one Act per batch row.
 	actTypes []gguf.Type
 	acts     [][]quant.Act
-	// res is per worker: one result per batch row.
+	// res is per worker: a block of up to resBlock weight rows' results,
+	// one per batch row each (row-major by weight row).
 	res [][]float32
 }
+
+// resBlock is the weight rows whose results a worker gathers before
+// copying them into the output rows: 16 float32 are one 64-byte line of
+// each output row, written as one run instead of 16 strided stores.
+const resBlock = 16
 
 // actsFor returns x prepared for weights of type t, preparing it once
 // per matmuls call: the first prepared slots of sc hold this call's
@@ -504,25 +510,38 @@ func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
 		sc.res = append(sc.res, nil)
 	}
 	for i := range sc.res {
-		if cap(sc.res[i]) < T {
-			sc.res[i] = make([]float32, T)
+		if cap(sc.res[i]) < resBlock*T {
+			sc.res[i] = make([]float32, resBlock*T)
 		}
-		sc.res[i] = sc.res[i][:T]
+		sc.res[i] = sc.res[i][:resBlock*T]
 	}
 	m.parallel(total, m.matGrain(total), func(worker, lo, hi int) {
 		res := sc.res[worker]
 		base := 0
 		for i, p := range ps {
-			a, b := max(lo, base), min(hi, base+p.w.Rows)
-			for r := a; r < b; r++ {
-				quant.DotTile(p.w.Row(r-base), acts[i], res)
-				for t, v := range res {
-					p.out[t][r-base] = v
+			a, b := max(lo-base, 0), min(hi-base, p.w.Rows)
+			for r := a; r < b; r += resBlock {
+				e := min(r+resBlock, b)
+				for k := r; k < e; k++ {
+					quant.DotTile(p.w.Row(k), acts[i], res[(k-r)*T:(k-r+1)*T])
 				}
+				copyBlock(p.out, r, e-r, res, T)
 			}
 			base += p.w.Rows
 		}
 	})
+}
+
+// copyBlock writes n weight rows' results, res[k*T+t] for row r+k and
+// batch row t, into out[t][r:r+n].
+func copyBlock(out [][]float32, r, n int, res []float32, T int) {
+	res = res[:n*T]
+	for t, o := range out[:T] {
+		o = o[r : r+n]
+		for k := range o {
+			o[k] = res[k*T+t]
+		}
+	}
 }
 
 // rmsNorm is ggml_rms_norm followed by the multiplication with the norm

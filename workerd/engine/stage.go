@@ -92,10 +92,13 @@ type Stage struct {
 	ropeCS []float32
 }
 
-// attScratch is one worker's attention buffers.
+// attScratch is one worker's attention buffers: the F16-rounded query,
+// the probabilities, the sums, and the nonzero probabilities (pv) with
+// their value rows' offsets in the cache (off).
 type attScratch struct {
-	qh, p []float32
-	acc   []float64
+	qh, p, pv []float32
+	acc       []float64
+	off       []int
 }
 
 // NewStage returns an empty stage for layers [first, last).
@@ -243,7 +246,7 @@ func (s *Stage) attention(li int, q [][]float32, out [][]float32) {
 	s.m.parallel(T*c.Heads, max(1, T*c.Heads/(4*s.m.workers)), func(worker, lo, hi int) {
 		ws := &s.att[worker]
 		qh, acc := ws.qh, ws.acc
-		p := ws.p
+		p, pv, off := ws.p, ws.pv, ws.off
 		for job := lo; job < hi; job++ {
 			t, h := job/c.Heads, job%c.Heads
 			kh := h / group
@@ -264,32 +267,45 @@ func (s *Stage) attention(li int, q [][]float32, out [][]float32) {
 				sum += float64(e)
 			}
 			inv := float32(1 / sum)
+			pv, off = pv[:0], off[:0]
 			for j := 0; j < n; j++ {
-				p[j] = quant.RoundF16(p[j] * inv)
+				if e := quant.RoundF16(p[j] * inv); e != 0 { // a zero adds +0 products: skipped
+					pv = append(pv, e)
+					off = append(off, j*kvd+kh*hd)
+				}
 			}
 			o := out[t][h*hd : (h+1)*hd]
 			clear(acc)
-			for j := 0; j < n; j++ {
-				if p[j] == 0 {
-					continue // exact: adds +0 products
-				}
-				axpyF16(acc, V[j*kvd+kh*hd:j*kvd+kh*hd+hd], p[j])
-			}
+			axpyF16Rows(acc, V, off, pv)
 			for i := range o {
 				o[i] = float32(acc[i])
 			}
 		}
-		ws.p = p
+		ws.p, ws.pv, ws.off = p, pv, off
 	})
 }
 
-// axpyF16 adds p·v to acc, per element in float64.
+// axpyF16Rows adds p[k]·v[off[k]:off[k]+len(acc)] to acc for each k in
+// order, per element in float64: acc[i] += float64(f16(v)·p[k]) with
+// the product rounded to float32. The assembly takes whole blocks of 32
+// columns, this loop the rest; columns are independent, so the split
+// changes no element's operations.
 //
 //go:norace
-func axpyF16(acc []float64, v []uint16, p float32) {
-	acc = acc[:len(v)]
-	for i, x := range v {
-		acc[i] += float64(quant.F16ToF32(x) * p)
+func axpyF16Rows(acc []float64, v []uint16, off []int, p []float32) {
+	p = p[:len(off)]
+	for _, o := range off {
+		if o < 0 || o+len(acc) > len(v) {
+			panic(fmt.Sprintf("engine: attention row at %d of %d outside a cache of %d", o, len(acc), len(v)))
+		}
+	}
+	done := axpyF16RowsVec(acc, v, off, p)
+	rest := acc[done:]
+	for k, o := range off {
+		row := v[o+done : o+len(acc)]
+		for i, x := range row {
+			rest[i] += float64(quant.F16ToF32(x) * p[k])
+		}
 	}
 }
 
