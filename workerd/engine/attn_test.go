@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 	"github.com/c0mpute/c0mpute/workerd/engine/quant"
 )
 
@@ -97,4 +98,53 @@ func TestCopyBlock(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestGatedFFNIsUnfused checks the fused gate/up pass bit for bit against
+// the two products followed by the activation, for batch sizes around
+// the 16-row blocks and worker counts whose chunks end inside a block.
+func TestGatedFFNIsUnfused(t *testing.T) {
+	const cols, rows = 64, 1000 // 3 workers: chunks of 20 rows, blocks of 16 and 4
+	r := rand.New(rand.NewPCG(3, 4))
+	matrix := func() Matrix {
+		data := make([]byte, rows*cols*4)
+		for i := 0; i < len(data); i += 4 {
+			bits := math.Float32bits(float32(r.NormFloat64()))
+			data[i], data[i+1], data[i+2], data[i+3] = byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24)
+		}
+		return Matrix{Type: gguf.F32, Rows: rows, Cols: cols, RowBytes: cols * 4, Data: data}
+	}
+	gate, up := matrix(), matrix()
+	for _, workers := range []int{1, 2, 3} {
+		for _, T := range []int{1, 5, 17} {
+			m := &Model{workers: workers}
+			x := rows2(T, cols, func() float32 { return float32(r.NormFloat64()) })
+			g, u := rows2(T, rows, nil), rows2(T, rows, nil)
+			m.matmuls(nil, x, product{&gate, g}, product{&up, u})
+			got := rows2(T, rows, nil)
+			var sc scratch
+			m.gatedFFN(&sc, x, &gate, &up, got)
+			for tt := range got {
+				for i, v := range got[tt] {
+					want := float32(silu(g[tt][i]) * u[tt][i])
+					if math.Float32bits(v) != math.Float32bits(want) {
+						t.Fatalf("workers %d, batch %d: [%d][%d] = %v, want %v", workers, T, tt, i, v, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// rows2 returns n rows of width values from fill (zeros when fill is nil).
+func rows2(n, width int, fill func() float32) [][]float32 {
+	out := rows(make([]float32, n*width), n, width)
+	if fill != nil {
+		for _, row := range out {
+			for i := range row {
+				row[i] = fill()
+			}
+		}
+	}
+	return out
 }

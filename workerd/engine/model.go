@@ -486,8 +486,8 @@ func (m *Model) matmul(sc *scratch, w *Matrix, x [][]float32, out [][]float32) {
 }
 
 // matmuls computes several products of the same input x (the attention's
-// Q, K and V; the feed-forward's gate and up) in one parallel pass over
-// their rows together, one synchronisation instead of one per matrix.
+// Q, K and V) in one parallel pass over their rows together, one
+// synchronisation instead of one per matrix.
 // Each weight row is read once for all of x's rows (quant.DotTile): the
 // batch's tile, with every element computed as a batch of one computes
 // it.
@@ -506,15 +506,7 @@ func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
 		acts = append(acts, a)
 		total += p.w.Rows
 	}
-	for len(sc.res) < m.workers {
-		sc.res = append(sc.res, nil)
-	}
-	for i := range sc.res {
-		if cap(sc.res[i]) < resBlock*T {
-			sc.res[i] = make([]float32, resBlock*T)
-		}
-		sc.res[i] = sc.res[i][:resBlock*T]
-	}
+	sc.growRes(m.workers, resBlock*T)
 	m.parallel(total, m.matGrain(total), func(worker, lo, hi int) {
 		res := sc.res[worker]
 		base := 0
@@ -530,6 +522,52 @@ func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
 			base += p.w.Rows
 		}
 	})
+}
+
+// gatedFFN computes the feed-forward's activation out[t][r] =
+// float32(silu(gate·x[t]) · (up·x[t])) for each row r of gate and up (of
+// equal shape) in one parallel pass: a worker takes a block of rows of
+// both matrices and applies the activation to its block from its
+// scratch, so the activation runs on every worker instead of after the
+// pass on one, and the up products are never stored. Each product is
+// DotTile's, as matmuls computes it.
+func (m *Model) gatedFFN(sc *scratch, x [][]float32, gate, up *Matrix, out [][]float32) {
+	if sc == nil {
+		sc = new(scratch)
+	}
+	T := len(x)
+	ga, prepared := sc.actsFor(gate.Type, x, 0)
+	ua, _ := sc.actsFor(up.Type, x, prepared)
+	sc.growRes(m.workers, 2*resBlock*T)
+	m.parallel(gate.Rows, m.matGrain(gate.Rows), func(worker, lo, hi int) {
+		rg, ru := sc.res[worker][:resBlock*T], sc.res[worker][resBlock*T:]
+		for r := lo; r < hi; r += resBlock {
+			e := min(r+resBlock, hi)
+			for k := r; k < e; k++ {
+				quant.DotTile(gate.Row(k), ga, rg[(k-r)*T:(k-r+1)*T])
+				quant.DotTile(up.Row(k), ua, ru[(k-r)*T:(k-r+1)*T])
+			}
+			for t, o := range out[:T] {
+				o = o[r:e]
+				for k := range o {
+					o[k] = float32(silu(rg[k*T+t]) * ru[k*T+t])
+				}
+			}
+		}
+	})
+}
+
+// growRes gives each of workers n floats of result scratch.
+func (sc *scratch) growRes(workers, n int) {
+	for len(sc.res) < workers {
+		sc.res = append(sc.res, nil)
+	}
+	for i := range sc.res {
+		if cap(sc.res[i]) < n {
+			sc.res[i] = make([]float32, n)
+		}
+		sc.res[i] = sc.res[i][:n]
+	}
 }
 
 // copyBlock writes n weight rows' results, res[k*T+t] for row r+k and

@@ -147,7 +147,7 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 	}
 	T, E := h.Tokens, c.Embd
 	qd, kvd := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	need := T * (2*E + 2*qd + 2*kvd + 2*c.FF)
+	need := T * (2*E + 2*qd + 2*kvd + c.FF)
 	if cap(s.buf) < need {
 		s.buf = make([]float32, need)
 	}
@@ -158,9 +158,9 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 		return b
 	}
 	xn, q, k, v := take(T*E), take(T*qd), take(T*kvd), take(T*kvd)
-	att, proj, g, u := take(T*qd), take(T*E), take(T*c.FF), take(T*c.FF)
+	att, proj, g := take(T*qd), take(T*E), take(T*c.FF)
 	xr, qr, kr, vr := rows(xn, T, E), rows(q, T, qd), rows(k, T, kvd), rows(v, T, kvd)
-	attr, projr, gr, ur := rows(att, T, qd), rows(proj, T, E), rows(g, T, c.FF), rows(u, T, c.FF)
+	attr, projr, gr := rows(att, T, qd), rows(proj, T, E), rows(g, T, c.FF)
 	for l := s.first; l < s.last; l++ {
 		if err := ctx.Err(); err != nil {
 			// Nothing of this batch is cached yet for later layers: roll
@@ -197,10 +197,7 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 		for t := 0; t < T; t++ {
 			rmsNorm(xr[t], h.Row(t), ly.ffnNorm, c.Eps)
 		}
-		m.matmuls(&s.sc, xr, product{&ly.gate, gr}, product{&ly.up, ur})
-		for i := range g {
-			g[i] = float32(silu(g[i]) * u[i])
-		}
+		m.gatedFFN(&s.sc, xr, &ly.gate, &ly.up, gr)
 		m.matmul(&s.sc, &ly.down, gr, projr)
 		for i := range h.Data {
 			h.Data[i] += proj[i]
