@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/c0mpute/c0mpute/workerd/engine/quant"
 )
@@ -181,14 +182,8 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 			m.rope(kr[t], c.KVHeads, s.n+t, s.ropeCS)
 		}
 		li := l - s.first
-		for t := 0; t < T; t++ {
-			for _, x := range kr[t] {
-				s.k[li] = append(s.k[li], quant.F32ToF16(x))
-			}
-			for _, x := range vr[t] {
-				s.v[li] = append(s.v[li], quant.F32ToF16(x))
-			}
-		}
+		s.k[li] = appendF16(s.k[li], k)
+		s.v[li] = appendF16(s.v[li], v)
 		s.attention(li, qr, attr)
 		m.matmul(&s.sc, &ly.o, attr, projr)
 		for i := range h.Data {
@@ -214,6 +209,17 @@ func (s *Stage) rollback(l int) {
 		s.k[li] = s.k[li][:s.n*kv]
 		s.v[li] = s.v[li][:s.n*kv]
 	}
+}
+
+// appendF16 appends x in half precision, growing dst once for all of it
+// rather than checking its capacity per element.
+func appendF16(dst []uint16, x []float32) []uint16 {
+	n := len(dst)
+	dst = slices.Grow(dst, len(x))[:n+len(x)]
+	for i, v := range x {
+		dst[n+i] = quant.F32ToF16(v)
+	}
+	return dst
 }
 
 func addBias(x, b []float32) {
