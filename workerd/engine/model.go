@@ -596,13 +596,13 @@ func rmsNorm(dst, x, w []float32, eps float32) {
 	}
 }
 
-// rope rotates the first RopeDim elements of each head of v (heads of
-// HeadDim) for position pos, as ggml_rope with ext_factor 0 and
-// attn_factor 1 does: theta advances by repeated float32
-// multiplication. cs is scratch of at least RopeDim elements.
-func (m *Model) rope(v []float32, heads, pos int, cs []float32) {
-	c := &m.cfg
-	n := c.RopeDim
+// ropeAngles writes position pos's RoPE cosines and sines, interleaved,
+// into cs (RopeDim elements), as ggml_rope with ext_factor 0 and
+// attn_factor 1 computes them: theta advances by repeated float32
+// multiplication. They depend only on the position, so a Forward
+// computes them once per position for every layer, queries and keys.
+func (m *Model) ropeAngles(cs []float32, pos int) {
+	n := m.cfg.RopeDim
 	cs = cs[:n]
 	theta := float32(pos)
 	for i := 0; i < n; i += 2 {
@@ -614,6 +614,14 @@ func (m *Model) rope(v []float32, heads, pos int, cs []float32) {
 		cs[i+1] = float32(math.Sin(float64(t)))
 		theta *= m.ropeScale
 	}
+}
+
+// rope rotates the first RopeDim elements of each head of v (heads of
+// HeadDim) by the angles cs from ropeAngles.
+func (m *Model) rope(v []float32, heads int, cs []float32) {
+	c := &m.cfg
+	n := c.RopeDim
+	cs = cs[:n]
 	for h := 0; h < heads; h++ {
 		x := v[h*c.HeadDim : h*c.HeadDim+c.HeadDim]
 		for i := 0; i < n; i += 2 {

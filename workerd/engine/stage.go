@@ -88,7 +88,8 @@ type Stage struct {
 	// buffers, kept for the next Forward.
 	buf []float32
 	sc  scratch
-	// att is per worker: the attention's scratch; ropeCS is RoPE's.
+	// att is per worker: the attention's scratch; ropeCS holds a
+	// Forward's RoPE angles, RopeDim per position of the batch.
 	att    []attScratch
 	ropeCS []float32
 }
@@ -107,8 +108,7 @@ func (m *Model) NewStage(first, last int) (*Stage, error) {
 	if err := m.needLayers(first, last); err != nil {
 		return nil, err
 	}
-	return &Stage{m: m, first: first, last: last, k: make([][]uint16, last-first), v: make([][]uint16, last-first),
-		ropeCS: make([]float32, m.cfg.RopeDim)}, nil
+	return &Stage{m: m, first: first, last: last, k: make([][]uint16, last-first), v: make([][]uint16, last-first)}, nil
 }
 
 // Range is the stage's layer range [first, last).
@@ -162,6 +162,11 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 	att, proj, g := take(T*qd), take(T*E), take(T*c.FF)
 	xr, qr, kr, vr := rows(xn, T, E), rows(q, T, qd), rows(k, T, kvd), rows(v, T, kvd)
 	attr, projr, gr := rows(att, T, qd), rows(proj, T, E), rows(g, T, c.FF)
+	rd := c.RopeDim
+	s.ropeCS = grow(s.ropeCS, T*rd)
+	for t := 0; t < T; t++ {
+		m.ropeAngles(s.ropeCS[t*rd:(t+1)*rd], s.n+t)
+	}
 	for l := s.first; l < s.last; l++ {
 		if err := ctx.Err(); err != nil {
 			// Nothing of this batch is cached yet for later layers: roll
@@ -178,8 +183,9 @@ func (s *Stage) Forward(ctx context.Context, h *Hidden) error {
 			addBias(qr[t], ly.bq)
 			addBias(kr[t], ly.bk)
 			addBias(vr[t], ly.bv)
-			m.rope(qr[t], c.Heads, s.n+t, s.ropeCS)
-			m.rope(kr[t], c.KVHeads, s.n+t, s.ropeCS)
+			cs := s.ropeCS[t*rd : (t+1)*rd]
+			m.rope(qr[t], c.Heads, cs)
+			m.rope(kr[t], c.KVHeads, cs)
 		}
 		li := l - s.first
 		s.k[li] = appendF16(s.k[li], k)
