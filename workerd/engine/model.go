@@ -514,8 +514,13 @@ func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
 			a, b := max(lo-base, 0), min(hi-base, p.w.Rows)
 			for r := a; r < b; r += resBlock {
 				e := min(r+resBlock, b)
-				for k := r; k < e; k++ {
-					quant.DotTile(p.w.Row(k), acts[i], res[(k-r)*T:(k-r+1)*T])
+				if T == 1 {
+					// Decode: the block's rows in one call (quant.DotRows).
+					quant.DotRows(p.w.Data[r*p.w.RowBytes:e*p.w.RowBytes], p.w.RowBytes, &acts[i][0], res[:e-r])
+				} else {
+					for k := r; k < e; k++ {
+						quant.DotTile(p.w.Row(k), acts[i], res[(k-r)*T:(k-r+1)*T])
+					}
 				}
 				copyBlock(p.out, r, e-r, res, T)
 			}
@@ -543,9 +548,14 @@ func (m *Model) gatedFFN(sc *scratch, x [][]float32, gate, up *Matrix, out [][]f
 		rg, ru := sc.res[worker][:resBlock*T], sc.res[worker][resBlock*T:]
 		for r := lo; r < hi; r += resBlock {
 			e := min(r+resBlock, hi)
-			for k := r; k < e; k++ {
-				quant.DotTile(gate.Row(k), ga, rg[(k-r)*T:(k-r+1)*T])
-				quant.DotTile(up.Row(k), ua, ru[(k-r)*T:(k-r+1)*T])
+			if T == 1 {
+				quant.DotRows(gate.Data[r*gate.RowBytes:e*gate.RowBytes], gate.RowBytes, &ga[0], rg[:e-r])
+				quant.DotRows(up.Data[r*up.RowBytes:e*up.RowBytes], up.RowBytes, &ua[0], ru[:e-r])
+			} else {
+				for k := r; k < e; k++ {
+					quant.DotTile(gate.Row(k), ga, rg[(k-r)*T:(k-r+1)*T])
+					quant.DotTile(up.Row(k), ua, ru[(k-r)*T:(k-r+1)*T])
+				}
 			}
 			for t, o := range out[:T] {
 				o = o[r:e]

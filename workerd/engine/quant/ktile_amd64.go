@@ -112,3 +112,38 @@ func addLanes4(out, start *[4]float32, l *[4][8]float32) {
 	}
 	*out = [4]float32{s0, s1, s2, s3}
 }
+
+//go:noescape
+func q4KRowsAVX2(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *int16, nb int, out *float32)
+
+//go:noescape
+func q6KRowsAVX2(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *int16, nb int, out *float32)
+
+// kRows computes out[i] = Dot(rows[i*rowBytes:], a) for every i with the
+// Q4_K / Q6_K decode kernels (ktile_amd64.s), bit for bit, and reports
+// whether it did: not without AVX2, for other types, or when a was not
+// prepared with the tile order. rows holds len(out) rows rowBytes apart.
+//
+//go:norace
+func kRows(rows []byte, rowBytes int, a *Act, out []float32) bool {
+	nb := len(a.D)
+	if !haveKTiles || nb == 0 || len(out) == 0 || len(a.QT) != nb*QKK || len(a.Sums32) != nb*8 {
+		return false
+	}
+	var kernel func(*byte, int, int, *int8, *float32, *int16, int, *float32)
+	var blockBytes int
+	switch a.Type {
+	case gguf.Q4_K:
+		kernel, blockBytes = q4KRowsAVX2, q4KBytes
+	case gguf.Q6_K:
+		kernel, blockBytes = q6KRowsAVX2, q6KBytes
+	default:
+		return false
+	}
+	if rowBytes < nb*blockBytes {
+		return false
+	}
+	_ = rows[(len(out)-1)*rowBytes+nb*blockBytes-1]
+	kernel(&rows[0], rowBytes, len(out), &a.QT[0], &a.D[0], &a.Sums32[0], nb, &out[0])
+	return true
+}

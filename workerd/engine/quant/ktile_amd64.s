@@ -405,3 +405,169 @@ q6k8block:
 
 	VZEROUPPER
 	RET
+
+// The decode kernels: many weight rows (rowBytes apart) against one
+// Q8_K activation (its QT), each row's whole result — the integer lanes
+// as the tiles make them, the float lanes, the mins and the final lane
+// sum — in registers, so a row costs neither a call nor a store and
+// reload of its lanes. Each row gets q4KDotAVX2's (q6KDotAVX2's) float32
+// operations in their order and then dotQ4K's (dotQ6K's) sum of the
+// lanes, so each result is Dot's bit for bit.
+//
+// Registers: R8 the current row, AX rowBytes, R9 the rows left, DX the
+// next result; per row SI the super-block, CX the blocks left, DI and BX
+// its offsets in QT and D (b·256, b·4); R10, R11, R12 QT, D and Sums32;
+// Y4 the integer lanes, Y5 the float lanes, X6 the row's sum.
+
+// ROWSUM adds the float lanes Y5 to X6 one by one, lane 0 first, and
+// stores X6 at (DX): dotQ4K's and dotQ6K's final loop.
+#define ROWSUM \
+	VADDSS X5, X6, X6 \
+	VMOVSHDUP X5, X7 \
+	VADDSS X7, X6, X6 \
+	VPERMILPS $0xAA, X5, X7 \
+	VADDSS X7, X6, X6 \
+	VPERMILPS $0xFF, X5, X7 \
+	VADDSS X7, X6, X6 \
+	VEXTRACTF128 $1, Y5, X5 \
+	VADDSS X5, X6, X6 \
+	VMOVSHDUP X5, X7 \
+	VADDSS X7, X6, X6 \
+	VPERMILPS $0xAA, X5, X7 \
+	VADDSS X7, X6, X6 \
+	VPERMILPS $0xFF, X5, X7 \
+	VADDSS X7, X6, X6 \
+	VMOVSS X6, (DX)
+
+// ROWSTART points SI at the row, zeroes its offsets, lanes and sum
+// (CX, the blocks, is loaded by the caller).
+#define ROWSTART \
+	MOVQ R8, SI \
+	XORQ DI, DI \
+	XORQ BX, BX \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS X6, X6, X6
+
+// ROWLANES adds the block's integer lanes Y4 to the float lanes Y5:
+// float32(lanes)·(dw·D[b]), dw the F16 scale at woff(SI).
+#define ROWLANES(woff) \
+	VCVTDQ2PS Y4, Y4 \
+	MOVWLZX woff(SI), R13 \
+	VMOVD R13, X14 \
+	VCVTPH2PS X14, X14 \
+	VMULSS (R11)(BX*1), X14, X14 \
+	VBROADCASTSS X14, Y14 \
+	VMULPS Y14, Y4, Y4 \
+	VADDPS Y4, Y5, Y5
+
+// ROWNEXT stores the row's sum and moves to the next row.
+#define ROWNEXT \
+	ROWSUM \
+	ADDQ $4, DX \
+	ADDQ AX, R8 \
+	DECQ R9
+
+// Q4ACT1 is Q4ACT for the one activation at R10.
+#define Q4ACT1(yoff) \
+	VPMADDUBSW yoff(R10)(DI*1), Y13, Y3 \
+	VPMADDUBSW (yoff+32)(R10)(DI*1), Y1, Y12 \
+	VPADDW Y12, Y3, Y3 \
+	VPMADDWD Y2, Y3, Y3 \
+	VPADDD Y3, Y4, Y4
+
+// func q4KRowsAVX2(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *int16, nb int, out *float32)
+//
+// out[i] = dotQ4K(row i, the activation) for n > 0 rows of nb > 0
+// super-blocks; q is the activation's QT.
+TEXT ·q4KRowsAVX2(SB), NOSPLIT, $16-64
+	MOVQ rows+0(FP), R8
+	MOVQ rowBytes+8(FP), AX
+	MOVQ n+16(FP), R9
+	MOVQ q+24(FP), R10
+	MOVQ d+32(FP), R11
+	MOVQ sums32+40(FP), R12
+	MOVQ out+56(FP), DX
+	MOVL $0x0f0f0f0f, R13
+	VMOVD R13, X15
+	VPBROADCASTD X15, Y15
+
+q4krow:
+	MOVQ nb+48(FP), CX
+	ROWSTART
+
+q4krowblock:
+	Q4SCALES
+	// The mins term: summ exact, then sum -= float32(summ)·(dmin·D[b]).
+	VPMADDWD (R12)(BX*4), X2, X0
+	VPSHUFD $0x4E, X0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0xB1, X0, X1
+	VPADDD X1, X0, X0
+	VCVTDQ2PS X0, X0
+	MOVWLZX 2(SI), R13
+	VMOVD R13, X14
+	VCVTPH2PS X14, X14
+	VMULSS (R11)(BX*1), X14, X14
+	VMULSS X0, X14, X14
+	VSUBSS X14, X6, X6
+	VPXOR Y4, Y4, Y4
+	Q4W(16, 0)
+	Q4ACT1(0)
+	Q4W(48, 4)
+	Q4ACT1(64)
+	Q4W(80, 8)
+	Q4ACT1(128)
+	Q4W(112, 12)
+	Q4ACT1(192)
+	ROWLANES(0)
+	KNEXT(144)
+	JNE q4krowblock
+
+	ROWNEXT
+	JNE q4krow
+
+	VZEROUPPER
+	RET
+
+// Q6CHUNK1 is a Q6_K chunk (Q6W) against the one activation at R10.
+#define Q6CHUNK1(qloff, nibshift, qhoff, hshift, yoff, soff) \
+	Q6W(qloff, nibshift, qhoff, hshift, soff) \
+	VMOVDQU yoff(R10)(DI*1), Y3 \
+	VPSIGNB Y1, Y3, Y3 \
+	VPMADDUBSW Y3, Y0, Y3 \
+	VPMADDWD Y2, Y3, Y3 \
+	VPADDD Y3, Y4, Y4
+
+// func q6KRowsAVX2(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *int16, nb int, out *float32)
+//
+// out[i] = dotQ6K(row i, the activation), as q4KRowsAVX2 (sums32 is
+// not read: Q6_K has no mins).
+TEXT ·q6KRowsAVX2(SB), NOSPLIT, $32-64
+	MOVQ rows+0(FP), R8
+	MOVQ rowBytes+8(FP), AX
+	MOVQ n+16(FP), R9
+	MOVQ q+24(FP), R10
+	MOVQ d+32(FP), R11
+	MOVQ out+56(FP), DX
+	MOVL $0x0f0f0f0f, R13
+	VMOVD R13, X15
+	VPBROADCASTD X15, Y15
+
+q6krow:
+	MOVQ nb+48(FP), CX
+	ROWSTART
+
+q6krowblock:
+	VPMOVSXBW 192(SI), Y0
+	VMOVDQU Y0, 0(SP)
+	VPXOR Y4, Y4, Y4
+	Q6CHUNKS(Q6CHUNK1)
+	ROWLANES(208)
+	KNEXT(210)
+	JNE q6krowblock
+
+	ROWNEXT
+	JNE q6krow
+
+	VZEROUPPER
+	RET

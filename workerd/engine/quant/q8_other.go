@@ -16,10 +16,13 @@ func dotF32Vec(w, x []float32) (float64, int) { return 0, 0 }
 
 func dotF16Vec(w []uint16, x []float32) (float64, int) { return 0, 0 }
 
-const haveKTiles = false
+// haveKTiles is a variable as on amd64, so tests can switch it.
+var haveKTiles = false
 
 func kTiles(row []byte, acts []Act, out []float32) int { return 0 }
 
 func quantizeQ8KVec(x []float32, q []int8, d []float32, sums []int16) bool { return false }
 
 func quantizeQ8_0Vec(x []float32, q []int8, d []float32) bool { return false }
+
+func kRows(rows []byte, rowBytes int, a *Act, out []float32) bool { return false }

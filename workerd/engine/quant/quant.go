@@ -372,6 +372,27 @@ func DotTile(row []byte, acts []Act, out []float32) {
 	}
 }
 
+// DotRows writes Dot(rows[i*rowBytes:(i+1)*rowBytes], a) to out[i] for
+// each of len(out) consecutive weight rows, bit for bit: a decode step's
+// matrix product (one activation) hands a worker's rows over in one
+// call, and for Q4_K and Q6_K one assembly call computes them all, the
+// activation's quants and scales read from cache row after row and no
+// per-row Go left between the rows.
+//
+//go:norace
+func DotRows(rows []byte, rowBytes int, a *Act, out []float32) {
+	if len(out) == 0 {
+		return
+	}
+	rows = rows[:len(out)*rowBytes]
+	if (a.Type == gguf.Q4_K || a.Type == gguf.Q6_K) && kRows(rows, rowBytes, a, out) {
+		return
+	}
+	for i := range out {
+		out[i] = Dot(rows[i*rowBytes:(i+1)*rowBytes], a)
+	}
+}
+
 // scaleMinK4 decodes the 8 six-bit scales and mins of a Q4_K block
 // (ggml's get_scale_min_k4).
 //

@@ -431,3 +431,97 @@ func TestQuantizeQ8_0VecIsPortable(t *testing.T) {
 	x[100] = float32(math.Inf(-1))
 	check("Inf", x, false)
 }
+
+// TestDotRowsIsPortable: DotRows gives each row the portable kernel's
+// bits, for rows packed and rows with a gap between them, one to five
+// rows at a time, on random activations and on ones whose quants are all
+// ±127 (beside weights of all ones: the largest integer sums), with the
+// assembly decode kernels and, the package switch flipped, without them.
+func TestDotRowsIsPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	portable := map[gguf.Type]func([]byte, *Act) float32{
+		gguf.F32:  Dot,
+		gguf.F16:  Dot,
+		gguf.Q8_0: dotQ8_0Portable,
+		gguf.Q4_K: dotQ4KPortable,
+		gguf.Q6_K: dotQ6KPortable,
+	}
+	lengths := map[gguf.Type][]int{
+		gguf.F32:  {16, 100},
+		gguf.F16:  {16, 100},
+		gguf.Q8_0: {32, 416},
+		gguf.Q4_K: {256, 512, 1024, 1280},
+		gguf.Q6_K: {256, 512, 1024, 1280},
+	}
+	vec := haveKTiles
+	defer func() { haveKTiles = vec }()
+	for _, kernels := range []bool{vec, false} {
+		haveKTiles = kernels
+		for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
+			for _, n := range lengths[typ] {
+				for _, gap := range []int{0, 16} {
+					for trial := range 10 {
+						rows := 1 + trial%5
+						rowBytes := typ.RowBytes(n) + gap
+						data := make([]byte, rows*rowBytes)
+						x := make([]float32, n)
+						for i := range rows {
+							row := randomRow(r, typ, n)
+							if trial == 9 {
+								for j := range row {
+									row[j] = 0xff
+								}
+								copy(row, randomRow(r, typ, n)[:min(len(row), 16)])
+							}
+							copy(data[i*rowBytes:], row)
+						}
+						for j := range x {
+							x[j] = float32(r.NormFloat64())
+							if trial == 9 {
+								x[j] = float32(1 - 2*(j%2))
+							}
+						}
+						var a Act
+						a.Prepare(typ, x)
+						out := make([]float32, rows)
+						DotRows(data, rowBytes, &a, out)
+						for i := range rows {
+							want := portable[typ](data[i*rowBytes:(i+1)*rowBytes], &a)
+							if math.Float32bits(out[i]) != math.Float32bits(want) {
+								t.Fatalf("%s n=%d gap %d, kernels %v, row %d of %d: DotRows %g, portable %g", typ, n, gap, kernels, i, rows, out[i], want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestKRowsRun: with AVX2 the K-quant decode kernels take DotRows' rows
+// (TestDotRowsIsPortable would pass through the per-row fallback too),
+// and decline an activation prepared without the tile order.
+func TestKRowsRun(t *testing.T) {
+	if !haveKTiles {
+		t.Skip("no AVX2: DotRows runs Dot per row")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
+		const n = 512
+		rows := append(randomRow(r, typ, n), randomRow(r, typ, n)...)
+		x := make([]float32, n)
+		for j := range x {
+			x[j] = float32(r.NormFloat64())
+		}
+		var a Act
+		a.Prepare(typ, x)
+		out := make([]float32, 2)
+		if !kRows(rows, typ.RowBytes(n), &a, out) {
+			t.Fatalf("%s: the decode kernel declined a prepared activation", typ)
+		}
+		a.QT = a.QT[:0]
+		if kRows(rows, typ.RowBytes(n), &a, out) {
+			t.Fatalf("%s: the decode kernel took an activation without the tile order", typ)
+		}
+	}
+}
