@@ -1,6 +1,10 @@
 package quant
 
-import "github.com/c0mpute/c0mpute/workerd/engine/gguf"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
+)
 
 //go:noescape
 func q4KDot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, sums32 *[4]*int16, lanes *[4][8]float32, mins *[4]float32)
@@ -119,6 +123,18 @@ func q4KRowsAVX2(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *i
 //go:noescape
 func q6KRowsAVX2(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *int16, nb int, out *float32)
 
+//go:noescape
+func q4KRowsAVX512(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *int16, nb int, out *float32)
+
+//go:noescape
+func q6KRowsAVX512(rows *byte, rowBytes int, n int, q *int8, d *float32, sums32 *int16, nb int, out *float32)
+
+// haveRowsAVX512 selects the AVX-512 decode kernels (krows512_amd64.s:
+// byte permutes from VBMI, VPDPWSSD from VNNI); a variable so tests run
+// both them and the AVX2 ones.
+var haveRowsAVX512 = haveKTiles && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+	cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512VNNI
+
 // kRows computes out[i] = Dot(rows[i*rowBytes:], a) for every i with the
 // Q4_K / Q6_K decode kernels (ktile_amd64.s), bit for bit, and reports
 // whether it did: not without AVX2, for other types, or when a was not
@@ -135,8 +151,14 @@ func kRows(rows []byte, rowBytes int, a *Act, out []float32) bool {
 	switch a.Type {
 	case gguf.Q4_K:
 		kernel, blockBytes = q4KRowsAVX2, q4KBytes
+		if haveRowsAVX512 {
+			kernel = q4KRowsAVX512
+		}
 	case gguf.Q6_K:
 		kernel, blockBytes = q6KRowsAVX2, q6KBytes
+		if haveRowsAVX512 {
+			kernel = q6KRowsAVX512
+		}
 	default:
 		return false
 	}

@@ -26,3 +26,5 @@ func quantizeQ8KVec(x []float32, q []int8, d []float32, sums []int16) bool { ret
 func quantizeQ8_0Vec(x []float32, q []int8, d []float32) bool { return false }
 
 func kRows(rows []byte, rowBytes int, a *Act, out []float32) bool { return false }
+
+var haveRowsAVX512 = false

@@ -234,6 +234,50 @@ func BenchmarkDotTile(b *testing.B) {
 	}
 }
 
+// BenchmarkDotRows: a decode step's block of 16 rows of 1024 elements
+// (the benchmark model's hidden size) against one activation, in ns per
+// row: "dot" is one Dot per row (the step before DotRows), "avx2" and
+// "avx512" DotRows with each set of decode kernels (where the CPU has
+// them).
+func BenchmarkDotRows(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 3))
+	const n, rows = 1024, 16
+	vec512 := haveRowsAVX512
+	defer func() { haveRowsAVX512 = vec512 }()
+	for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
+		rowBytes := typ.RowBytes(n)
+		var data []byte
+		for range rows {
+			data = append(data, randomRow(r, typ, n)...)
+		}
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		var a Act
+		a.Prepare(typ, x)
+		out := make([]float32, rows)
+		for _, mode := range []string{"dot", "avx2", "avx512"} {
+			if mode == "avx512" && !vec512 {
+				continue
+			}
+			b.Run(typ.String()+"/"+mode, func(b *testing.B) {
+				haveRowsAVX512 = mode == "avx512"
+				for b.Loop() {
+					if mode != "dot" {
+						DotRows(data, rowBytes, &a, out)
+						continue
+					}
+					for i := range out {
+						out[i] = Dot(data[i*rowBytes:(i+1)*rowBytes], &a)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows), "ns/row")
+			})
+		}
+	}
+}
+
 // BenchmarkPrepare: one 1024-element activation prepared for each type
 // (quantization, and for the K-quants the tile order too).
 func BenchmarkPrepare(b *testing.B) {

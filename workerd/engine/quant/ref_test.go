@@ -436,7 +436,8 @@ func TestQuantizeQ8_0VecIsPortable(t *testing.T) {
 // bits, for rows packed and rows with a gap between them, one to five
 // rows at a time, on random activations and on ones whose quants are all
 // ±127 (beside weights of all ones: the largest integer sums), with the
-// assembly decode kernels and, the package switch flipped, without them.
+// AVX-512 decode kernels where the CPU has them, the AVX2 ones, and
+// (the package switches flipped) neither.
 func TestDotRowsIsPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(19, 20))
 	portable := map[gguf.Type]func([]byte, *Act) float32{
@@ -453,10 +454,10 @@ func TestDotRowsIsPortable(t *testing.T) {
 		gguf.Q4_K: {256, 512, 1024, 1280},
 		gguf.Q6_K: {256, 512, 1024, 1280},
 	}
-	vec := haveKTiles
-	defer func() { haveKTiles = vec }()
-	for _, kernels := range []bool{vec, false} {
-		haveKTiles = kernels
+	vec, vec512 := haveKTiles, haveRowsAVX512
+	defer func() { haveKTiles, haveRowsAVX512 = vec, vec512 }()
+	for _, kernels := range []struct{ vec, vec512 bool }{{vec, vec512}, {vec, false}, {false, false}} {
+		haveKTiles, haveRowsAVX512 = kernels.vec, kernels.vec512
 		for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
 			for _, n := range lengths[typ] {
 				for _, gap := range []int{0, 16} {
@@ -488,7 +489,7 @@ func TestDotRowsIsPortable(t *testing.T) {
 						for i := range rows {
 							want := portable[typ](data[i*rowBytes:(i+1)*rowBytes], &a)
 							if math.Float32bits(out[i]) != math.Float32bits(want) {
-								t.Fatalf("%s n=%d gap %d, kernels %v, row %d of %d: DotRows %g, portable %g", typ, n, gap, kernels, i, rows, out[i], want)
+								t.Fatalf("%s n=%d gap %d, kernels %+v, row %d of %d: DotRows %g, portable %g", typ, n, gap, kernels, i, rows, out[i], want)
 							}
 						}
 					}
