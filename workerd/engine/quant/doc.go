@@ -26,8 +26,12 @@
 // Q4_K and Q6_K (ktile_amd64.s): each weight block or super-block is
 // unpacked once for the tile, the K-quant activations read in the tile's
 // order (Act.QT), and each result is the bits Dot gives alone (only the
-// exact integer sums are grouped differently). The F32/F16 dots
-// sum float32 products in float64 lanes (F16C converts halves exactly).
+// exact integer sums are grouped differently). DotRows is decode's
+// counterpart: many weight rows against one activation, for Q4_K and
+// Q6_K all in one assembly call (AVX-512 with VBMI and VNNI where the
+// CPU has them, krows512_amd64.s; else AVX2), each row Dot's bits.
+// The F32/F16 dots sum float32 products in float64 lanes (F16C converts
+// halves exactly).
 // Elsewhere, or without AVX2, the portable kernels run: plain Go,
 // unrolled, bounds checks hoisted. Both use every core through the
 // engine's row-parallel matrix products.
