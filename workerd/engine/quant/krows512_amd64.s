@@ -109,49 +109,14 @@ DATA q6ScalePairs<>+240(SB)/8, $0x0000000700000007
 DATA q6ScalePairs<>+248(SB)/8, $0x0000000700000007
 GLOBL q6ScalePairs<>(SB), RODATA|NOPTR, $256
 
-// ROWSUM adds the float lanes Y5 to X6 one by one, lane 0 first, and
-// stores X6 at (DX): dotQ4K's and dotQ6K's final loop.
-#define ROWSUM \
-	VADDSS X5, X6, X6 \
-	VMOVSHDUP X5, X7 \
-	VADDSS X7, X6, X6 \
-	VPERMILPS $0xAA, X5, X7 \
-	VADDSS X7, X6, X6 \
-	VPERMILPS $0xFF, X5, X7 \
-	VADDSS X7, X6, X6 \
-	VEXTRACTF128 $1, Y5, X5 \
-	VADDSS X5, X6, X6 \
-	VMOVSHDUP X5, X7 \
-	VADDSS X7, X6, X6 \
-	VPERMILPS $0xAA, X5, X7 \
-	VADDSS X7, X6, X6 \
-	VPERMILPS $0xFF, X5, X7 \
-	VADDSS X7, X6, X6 \
-	VMOVSS X6, (DX)
+#include "krows_amd64.h"
 
-// ROWSTART points SI at the row, zeroes its offsets, lanes and sum
-// (CX, the blocks, is loaded by the caller).
-#define ROWSTART \
-	MOVQ R8, SI \
-	XORQ DI, DI \
-	XORQ BX, BX \
-	VXORPS Y5, Y5, Y5 \
-	VXORPS X6, X6, X6
-
-// ROWLANES folds Z4's halves into the block's eight integer lanes and
-// adds them to the float lanes Y5: float32(lanes)·(dw·D[b]), dw the F16
-// scale at woff(SI).
-#define ROWLANES(woff) \
+// ROWFOLD folds Z4's halves into the block's eight integer lanes Y4,
+// then ROWLANES adds them to the float lanes.
+#define ROWFOLD(woff) \
 	VEXTRACTI64X4 $1, Z4, Y0 \
 	VPADDD Y0, Y4, Y4 \
-	VCVTDQ2PS Y4, Y4 \
-	MOVWLZX woff(SI), R13 \
-	VMOVD R13, X14 \
-	VCVTPH2PS X14, X14 \
-	VMULSS (R11)(BX*1), X14, X14 \
-	VBROADCASTSS X14, Y14 \
-	VMULPS Y14, Y4, Y4 \
-	VADDPS Y4, Y5, Y5
+	ROWLANES(woff)
 
 #define ROWNEXT(size) \
 	ADDQ $size, SI \
@@ -243,7 +208,7 @@ q4kblock512:
 	VPXORD Z4, Z4, Z4
 	Q4PAIR(16, 0, 0)
 	Q4PAIR(80, 128, 8)
-	ROWLANES(0)
+	ROWFOLD(0)
 	ROWNEXT(144)
 	JNE q4kblock512
 
@@ -317,7 +282,7 @@ q6kblock512:
 	VPXORD Z4, Z4, Z4
 	Q6HALF(0, 128, 0, q6ScalePairs<>+0(SB), q6ScalePairs<>+64(SB))
 	Q6HALF(64, 160, 128, q6ScalePairs<>+128(SB), q6ScalePairs<>+192(SB))
-	ROWLANES(208)
+	ROWFOLD(208)
 	ROWNEXT(210)
 	JNE q6kblock512
 

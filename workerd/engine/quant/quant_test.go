@@ -56,6 +56,15 @@ func TestF16Nearest(t *testing.T) {
 
 // randomRow makes one row of n elements of type typ with random quants
 // and modest scales.
+// normalVector is n standard normal floats from r: an activation.
+func normalVector(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
 func randomRow(r *rand.Rand, typ gguf.Type, n int) []byte {
 	b := make([]byte, typ.RowBytes(n))
 	for i := range b {
@@ -99,10 +108,7 @@ func TestDotMatchesDequant(t *testing.T) {
 	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
 		for trial := 0; trial < 20; trial++ {
 			row := randomRow(r, typ, n)
-			x := make([]float32, n)
-			for i := range x {
-				x[i] = float32(r.NormFloat64())
-			}
+			x := normalVector(r, n)
 			var a Act
 			a.Prepare(typ, x)
 			xa := make([]float64, n)
@@ -183,10 +189,7 @@ func BenchmarkDot(b *testing.B) {
 	const n = 4096
 	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
 		row := randomRow(r, typ, n)
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
+		x := normalVector(r, n)
 		var a Act
 		a.Prepare(typ, x)
 		b.Run(typ.String(), func(b *testing.B) {
@@ -210,10 +213,7 @@ func BenchmarkDotTile(b *testing.B) {
 		row := randomRow(r, typ, n)
 		acts := make([]Act, batch)
 		for i := range acts {
-			x := make([]float32, n)
-			for j := range x {
-				x[j] = float32(r.NormFloat64())
-			}
+			x := normalVector(r, n)
 			acts[i].Prepare(typ, x)
 		}
 		out := make([]float32, batch)
@@ -250,10 +250,7 @@ func BenchmarkDotRows(b *testing.B) {
 		for range rows {
 			data = append(data, randomRow(r, typ, n)...)
 		}
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
+		x := normalVector(r, n)
 		var a Act
 		a.Prepare(typ, x)
 		out := make([]float32, rows)
@@ -282,10 +279,7 @@ func BenchmarkDotRows(b *testing.B) {
 // (quantization, and for the K-quants the tile order too).
 func BenchmarkPrepare(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 5))
-	x := make([]float32, 1024)
-	for i := range x {
-		x[i] = float32(r.NormFloat64())
-	}
+	x := normalVector(r, 1024)
 	for _, typ := range []gguf.Type{gguf.Q8_0, gguf.Q4_K} {
 		b.Run(typ.String(), func(b *testing.B) {
 			var a Act

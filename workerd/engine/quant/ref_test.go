@@ -98,10 +98,7 @@ func TestKQuantKernelsMatchReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for trial := 0; trial < 200; trial++ {
 		n := 256 * (1 + trial%4)
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
+		x := normalVector(r, n)
 		var a Act
 		a.Prepare(gguf.Q4_K, x)
 		row := randomRow(r, gguf.Q4_K, n)
@@ -119,10 +116,7 @@ func TestKQuantKernelsMatchReference(t *testing.T) {
 func BenchmarkKQuantRef(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	const n = 4096
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(r.NormFloat64())
-	}
+	x := normalVector(r, n)
 	for _, c := range []struct {
 		typ      gguf.Type
 		opt, ref func([]byte, *Act) float32
@@ -152,10 +146,7 @@ func TestQ8_0AVX2MatchesPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for trial := 0; trial < 300; trial++ {
 		n := 32 * (1 + trial%150)
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
+		x := normalVector(r, n)
 		var a Act
 		a.Prepare(gguf.Q8_0, x)
 		row := randomRow(r, gguf.Q8_0, n)
@@ -172,10 +163,7 @@ func TestKQuantPortableMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	for trial := 0; trial < 100; trial++ {
 		n := 256 * (1 + trial%4)
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
+		x := normalVector(r, n)
 		var a Act
 		a.Prepare(gguf.Q4_K, x)
 		row := randomRow(r, gguf.Q4_K, n)
@@ -237,10 +225,7 @@ func TestDotTileIsDot(t *testing.T) {
 				}
 				acts := make([]Act, batch)
 				for i := range acts {
-					x := make([]float32, n)
-					for j := range x {
-						x[j] = float32(r.NormFloat64())
-					}
+					x := normalVector(r, n)
 					acts[i].Prepare(typ, x)
 				}
 				out := make([]float32, len(acts))
@@ -273,10 +258,7 @@ func TestTilesRun(t *testing.T) {
 		row := randomRow(r, typ, n)
 		acts := make([]Act, 15)
 		for i := range acts {
-			x := make([]float32, n)
-			for j := range x {
-				x[j] = float32(r.NormFloat64())
-			}
+			x := normalVector(r, n)
 			acts[i].Prepare(typ, x)
 		}
 		out := make([]float32, len(acts))
@@ -339,10 +321,7 @@ func TestQuantizeQ8KVecIsPortable(t *testing.T) {
 	}
 	for _, nb := range []int{1, 3} {
 		for _, edit := range edits {
-			x := make([]float32, nb*QKK)
-			for i := range x {
-				x[i] = float32(r.NormFloat64())
-			}
+			x := normalVector(r, nb*QKK)
 			edit(x[(nb-1)*QKK:])
 			q1, q2 := make([]int8, len(x)), make([]int8, len(x))
 			d1, d2 := make([]float32, nb), make([]float32, nb)
@@ -510,10 +489,7 @@ func TestKRowsRun(t *testing.T) {
 	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
 		const n = 512
 		rows := append(randomRow(r, typ, n), randomRow(r, typ, n)...)
-		x := make([]float32, n)
-		for j := range x {
-			x[j] = float32(r.NormFloat64())
-		}
+		x := normalVector(r, n)
 		var a Act
 		a.Prepare(typ, x)
 		out := make([]float32, 2)
