@@ -73,6 +73,9 @@ type Store interface {
 
 // Dispatcher assigns jobs to workers.
 type Dispatcher interface {
+	// Admit admits a job (store.Store.Admit), assigning it in the same
+	// write when it can (the job comes back JobAssigned).
+	Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error)
 	// Assign gives the job to an idle worker other than those excluded.
 	Assign(ctx context.Context, job store.Job, exclude ...string) (store.Job, bool, error)
 	Dispatch(ctx context.Context, models []string) (int, error)

@@ -88,6 +88,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		out = newBufferSink(w, job.ID, model.ID, now)
 	}
 	run := &jobRun{s: s, req: req, job: job, model: model, box: box, out: out, rm: rm, noSpeculation: noSpeculation}
+	run.takeAdmitted()
 	return run.serve(r.Context())
 }
 
@@ -129,7 +130,9 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id string, model 
 		ar.Job.Canary, ar.Job.Target = true, spec.target
 		ar.Limit, ar.AccountLimit = canaryRateLimit, canaryRateLimit
 	}
-	adm, err := s.store.Admit(admitCtx, ar)
+	// When a worker is idle, the dispatcher assigns the job in the same
+	// write (the job comes back JobAssigned; jobRun.takeAdmitted).
+	adm, err := s.dispatch.Admit(admitCtx, ar)
 	cancelAdmit()
 	s.rateHeaders(w.Header(), adm, err, window, now)
 	if err == nil {
@@ -273,6 +276,14 @@ type jobRun struct {
 	// noSpeculation is the client's C0mpute-Speculation: off, for a ring
 	// job's driver (headerSpeculation).
 	noSpeculation bool
+}
+
+// takeAdmitted makes the worker the job was assigned to at admission (in
+// the same store write: Dispatcher.Admit) the one waitForWorker takes.
+func (j *jobRun) takeAdmitted() {
+	if j.job.State == store.JobAssigned && j.job.Worker != "" {
+		j.next, j.workerPubkey, j.workerAccount = j.job.Worker, j.job.WorkerPubkey, j.job.WorkerAccount
+	}
 }
 
 // exclusions lists the workers the job may not be assigned to again.

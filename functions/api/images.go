@@ -202,6 +202,7 @@ func (s *Server) images(w http.ResponseWriter, r *http.Request) error {
 	defer box.Close()
 	w = s.withBalance(w, who(r).account)
 	run := &imageRun{jobRun: &jobRun{s: s, job: job, model: model, box: box, out: imageSink{}, rm: rm}, req: req, w: w}
+	run.takeAdmitted()
 	return run.serve(r.Context())
 }
 

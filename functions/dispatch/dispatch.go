@@ -40,6 +40,7 @@ const batch = 16
 
 // Store is what dispatch needs from the store.
 type Store interface {
+	Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error)
 	QueuedJobs(ctx context.Context, model string, limit int) ([]store.Job, error)
 	IdleWorkers(ctx context.Context, model string) ([]store.Worker, error)
 	Assign(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error)
@@ -159,6 +160,50 @@ func (d *Dispatcher) Assign(ctx context.Context, job store.Job, exclude ...strin
 			return assigned, ok, err
 		}
 	}
+}
+
+// AdmitAssigner is a store that can admit a job and assign it to a worker
+// in one write (the embedded store: store/embedded.Store.AdmitAssign).
+// assigned is false, with the job admitted and queued, when that worker
+// cannot take it.
+type AdmitAssigner interface {
+	AdmitAssign(ctx context.Context, r store.AdmitRequest, worker string) (adm store.Admission, assigned bool, err error)
+}
+
+// Admit admits r.Job (Store.Admit) and, when the store is an AdmitAssigner
+// and this dispatcher's idle list (cached, or read now if stale: see
+// idleTTL) has an eligible worker, assigns it
+// to that worker, chosen as Assign chooses, in the same write: the job
+// returned is then JobAssigned, and the request's path pays one store write
+// instead of two. Otherwise, or when that worker was just taken elsewhere,
+// the job is admitted queued, as by Store.Admit, and Assign claims it next.
+// Errors are the admission's (nothing is written then).
+func (d *Dispatcher) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
+	aa, ok := d.store.(AdmitAssigner)
+	if !ok {
+		return d.store.Admit(ctx, r)
+	}
+	cached, gen := d.idle.take(r.Job.Model, d.now())
+	if cached == nil {
+		// No fresh list: read one, as the Assign that would follow does.
+		// A failed read leaves the job to that Assign, which reports it.
+		if ws, err := d.store.IdleWorkers(ctx, r.Job.Model); err == nil {
+			d.idle.set(r.Job.Model, ws, d.now())
+			cached, gen = d.idle.take(r.Job.Model, d.now())
+		}
+	}
+	workers := eligible(cached, r.Job, nil)
+	if len(workers) == 0 {
+		return d.store.Admit(ctx, r)
+	}
+	w := workers[d.choose(workers)]
+	adm, assigned, err := aa.AdmitAssign(ctx, r, w.Conn)
+	if err == nil {
+		// The job is new: a worker that could not take it was taken
+		// (or left) meanwhile.
+		d.idle.drop(w, assigned, gen)
+	}
+	return adm, err
 }
 
 // assign is one try of Assign.

@@ -40,8 +40,9 @@ type idleList struct {
 	read    time.Time
 }
 
-// take returns a copy of the cached idle list for model, or nil if there is
-// none younger than idleTTL, and the generation of the snapshot.
+// take returns a copy of the cached idle list for model (not nil, even if
+// empty), or nil if there is none younger than idleTTL, and the generation
+// of the snapshot.
 func (c *idleCache) take(model string, now time.Time) ([]store.Worker, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -49,7 +50,7 @@ func (c *idleCache) take(model string, now time.Time) ([]store.Worker, uint64) {
 	if l == nil || now.Sub(l.read) > idleTTL {
 		return nil, c.gen
 	}
-	return append([]store.Worker(nil), l.workers...), c.gen
+	return append(make([]store.Worker, 0, len(l.workers)), l.workers...), c.gen
 }
 
 // cameBack records that conn entered the lists now; c.mu is held.

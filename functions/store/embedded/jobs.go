@@ -16,138 +16,191 @@ import (
 // error leaves every record, the rate-limit counts included, as it was.
 func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
 	in := r.Job
-	if in.ID == "" {
-		return store.Admission{}, errors.New("embedded: admit: empty job id")
-	}
-	if in.Price < 0 {
-		return store.Admission{}, fmt.Errorf("embedded: admit job %s: negative price %d", in.ID, in.Price)
-	}
-	if r.AccountLimit < 0 {
-		return store.Admission{}, fmt.Errorf("embedded: admit job %s: negative account limit %d", in.ID, r.AccountLimit)
+	if err := checkAdmit(r); err != nil {
+		return store.Admission{}, err
 	}
 	var adm store.Admission
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		var key store.Secret
-		if ok, err := getJSON(tx.Bucket(bAPIKeys), []byte(r.KeyHash), &key); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("api key: %w", store.ErrNotFound)
-		}
-		if !key.Active() {
-			return fmt.Errorf("api key %s: %w", key.ID, store.ErrRevoked)
-		}
-		accountID := in.AccountID
-		if accountID == "" {
-			accountID = key.AccountID
-		} else if accountID != key.AccountID {
-			return fmt.Errorf("job account %q is not the api key's account", accountID)
-		}
-		if key.Expired(in.Created) {
-			return fmt.Errorf("api key %s: %w", key.ID, store.ErrExpired)
-		}
-		spent := key.Spent(in.Created)
-		if key.Limit > 0 && spent+in.Price > key.Limit {
-			return fmt.Errorf("api key %s: spent %d of %d, price %d: %w", key.ID, spent, key.Limit, in.Price, store.ErrKeyLimit)
-		}
-		jobs := tx.Bucket(bJobs)
-		if jobs.Get([]byte(in.ID)) != nil {
-			return fmt.Errorf("job: %w", store.ErrExists)
-		}
-
-		keyWindows := tx.Bucket(bRateWindows)
-		kw := append(timeKey(r.Window), r.KeyHash...)
-		var keyCount int64
-		if _, err := getJSON(keyWindows, kw, &keyCount); err != nil {
-			return err
-		}
-		if keyCount >= r.Limit {
-			return fmt.Errorf("api key %s: %d of %d requests in window: %w", key.ID, keyCount, r.Limit, store.ErrRateLimited)
-		}
-		// The account's window is counted even without a cap, so that
-		// the count is right the moment a cap is set.
-		accountWindows := tx.Bucket(bAccountWindows)
-		aw := append(timeKey(r.Window), accountID...)
-		var accountCount int64
-		if _, err := getJSON(accountWindows, aw, &accountCount); err != nil {
-			return err
-		}
-		if r.AccountLimit > 0 && accountCount >= r.AccountLimit {
-			return fmt.Errorf("account %s: %d of %d requests in window: %w",
-				accountID, accountCount, r.AccountLimit, store.ErrRateLimited)
-		}
-
-		accounts := tx.Bucket(bAccounts)
-		var a store.Account
-		if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
-			return err
-		} else if !ok {
-			return fmt.Errorf("account %s: %w", accountID, store.ErrNotFound)
-		}
-		fromAllowance := min(max(a.FreeAllowanceLeft, 0), in.Price)
-		fromCredits := in.Price - fromAllowance
-		if fromCredits > a.Credits {
-			return fmt.Errorf("account %s: price %d, allowance %d, credits %d: %w",
-				accountID, in.Price, a.FreeAllowanceLeft, a.Credits, store.ErrInsufficientCredits)
-		}
-
-		// Every check passed: from here on only writes.
-		a.FreeAllowanceLeft -= fromAllowance
-		a.Credits -= fromCredits
-		a.TotalSpent += in.Price
-		if in.Price > 0 {
-			a.LastRequest = in.Created
-		}
-		if err := putJSON(accounts, []byte(accountID), a); err != nil {
-			return err
-		}
-		key.Usage += in.Price
-		key.PeriodUsage, key.Period = spent+in.Price, store.PeriodOf(key.LimitReset, in.Created)
-		if err := putJSON(tx.Bucket(bAPIKeys), []byte(r.KeyHash), key); err != nil {
-			return err
-		}
-		if err := putJSON(keyWindows, kw, keyCount+1); err != nil {
-			return err
-		}
-		if err := putJSON(accountWindows, aw, accountCount+1); err != nil {
-			return err
-		}
-		if err := pruneRateWindows(tx, r.Window); err != nil {
-			return err
-		}
-		job := store.Job{
-			ID:            in.ID,
-			AccountID:     accountID,
-			Model:         in.Model,
-			Price:         in.Price,
-			FromAllowance: fromAllowance,
-			State:         store.JobQueued,
-			Listener:      in.Listener,
-			Created:       in.Created,
-			Updated:       in.Updated,
-			Canary:        in.Canary,
-			Target:        in.Target,
-			Needs:         in.Needs,
-			KeyHash:       r.KeyHash,
-		}
-		if job.Updated.IsZero() {
-			job.Updated = job.Created
-		}
-		if err := putJSON(jobs, []byte(job.ID), job); err != nil {
-			return err
-		}
-		if err := putEntry(tx, store.ChargeEntry(job)); err != nil {
-			return err
-		}
-		adm = store.Admission{Job: job, KeyRequests: keyCount + 1, AccountRequests: accountCount + 1}
-		if err := countQueued(tx, job, 1); err != nil {
-			return err
-		}
-		return tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil)
+	err := s.update(ctx, func(tx *bolt.Tx) (err error) {
+		adm, err = admitTx(tx, r)
+		return err
 	})
 	if err != nil {
 		return store.Admission{}, fmt.Errorf("embedded: admit job %s: %w", in.ID, err)
 	}
 	return adm, nil
+}
+
+// AdmitAssign is Admit and then, in the same transaction, Assign of the
+// admitted job to worker: the hot path's two writes in one when a worker is
+// idle at admission. The admission's errors are Admit's, and nothing is
+// written then. If worker cannot take the job (Assign's ErrConflict or
+// ErrNotFound: it was taken, left, is draining or does not serve the
+// model), the job is admitted queued as by Admit and assigned is false;
+// the caller dispatches it as usual. Assign's checks all come before its
+// first write, so the admission alone commits in that case.
+func (s *Store) AdmitAssign(ctx context.Context, r store.AdmitRequest, worker string) (adm store.Admission, assigned bool, err error) {
+	in := r.Job
+	if err := checkAdmit(r); err != nil {
+		return store.Admission{}, false, err
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		var err error
+		if adm, err = admitTx(tx, r); err != nil {
+			return err
+		}
+		job, err := assignTx(tx, adm.Job, worker, in.Created)
+		switch {
+		case err == nil:
+			adm.Job, assigned = job, true
+		case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+			// The worker cannot take it: the job stays queued.
+		default:
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Admission{}, false, fmt.Errorf("embedded: admit job %s on %s: %w", in.ID, worker, err)
+	}
+	return adm, assigned, nil
+}
+
+// admitTx is Admit's transaction: its checks, then its writes.
+func admitTx(tx *bolt.Tx, r store.AdmitRequest) (store.Admission, error) {
+	in := r.Job
+	var key store.Secret
+	if ok, err := getJSON(tx.Bucket(bAPIKeys), []byte(r.KeyHash), &key); err != nil {
+		return store.Admission{}, err
+	} else if !ok {
+		return store.Admission{}, fmt.Errorf("api key: %w", store.ErrNotFound)
+	}
+	if !key.Active() {
+		return store.Admission{}, fmt.Errorf("api key %s: %w", key.ID, store.ErrRevoked)
+	}
+	accountID := in.AccountID
+	if accountID == "" {
+		accountID = key.AccountID
+	} else if accountID != key.AccountID {
+		return store.Admission{}, fmt.Errorf("job account %q is not the api key's account", accountID)
+	}
+	if key.Expired(in.Created) {
+		return store.Admission{}, fmt.Errorf("api key %s: %w", key.ID, store.ErrExpired)
+	}
+	spent := key.Spent(in.Created)
+	if key.Limit > 0 && spent+in.Price > key.Limit {
+		return store.Admission{}, fmt.Errorf("api key %s: spent %d of %d, price %d: %w", key.ID, spent, key.Limit, in.Price, store.ErrKeyLimit)
+	}
+	jobs := tx.Bucket(bJobs)
+	if jobs.Get([]byte(in.ID)) != nil {
+		return store.Admission{}, fmt.Errorf("job: %w", store.ErrExists)
+	}
+
+	keyWindows := tx.Bucket(bRateWindows)
+	kw := append(timeKey(r.Window), r.KeyHash...)
+	var keyCount int64
+	if _, err := getJSON(keyWindows, kw, &keyCount); err != nil {
+		return store.Admission{}, err
+	}
+	if keyCount >= r.Limit {
+		return store.Admission{}, fmt.Errorf("api key %s: %d of %d requests in window: %w", key.ID, keyCount, r.Limit, store.ErrRateLimited)
+	}
+	// The account's window is counted even without a cap, so that
+	// the count is right the moment a cap is set.
+	accountWindows := tx.Bucket(bAccountWindows)
+	aw := append(timeKey(r.Window), accountID...)
+	var accountCount int64
+	if _, err := getJSON(accountWindows, aw, &accountCount); err != nil {
+		return store.Admission{}, err
+	}
+	if r.AccountLimit > 0 && accountCount >= r.AccountLimit {
+		return store.Admission{}, fmt.Errorf("account %s: %d of %d requests in window: %w",
+			accountID, accountCount, r.AccountLimit, store.ErrRateLimited)
+	}
+
+	accounts := tx.Bucket(bAccounts)
+	var a store.Account
+	if ok, err := getJSON(accounts, []byte(accountID), &a); err != nil {
+		return store.Admission{}, err
+	} else if !ok {
+		return store.Admission{}, fmt.Errorf("account %s: %w", accountID, store.ErrNotFound)
+	}
+	fromAllowance := min(max(a.FreeAllowanceLeft, 0), in.Price)
+	fromCredits := in.Price - fromAllowance
+	if fromCredits > a.Credits {
+		return store.Admission{}, fmt.Errorf("account %s: price %d, allowance %d, credits %d: %w",
+			accountID, in.Price, a.FreeAllowanceLeft, a.Credits, store.ErrInsufficientCredits)
+	}
+
+	// Every check passed: from here on only writes.
+	a.FreeAllowanceLeft -= fromAllowance
+	a.Credits -= fromCredits
+	a.TotalSpent += in.Price
+	if in.Price > 0 {
+		a.LastRequest = in.Created
+	}
+	if err := putJSON(accounts, []byte(accountID), a); err != nil {
+		return store.Admission{}, err
+	}
+	key.Usage += in.Price
+	key.PeriodUsage, key.Period = spent+in.Price, store.PeriodOf(key.LimitReset, in.Created)
+	if err := putJSON(tx.Bucket(bAPIKeys), []byte(r.KeyHash), key); err != nil {
+		return store.Admission{}, err
+	}
+	if err := putJSON(keyWindows, kw, keyCount+1); err != nil {
+		return store.Admission{}, err
+	}
+	if err := putJSON(accountWindows, aw, accountCount+1); err != nil {
+		return store.Admission{}, err
+	}
+	if err := pruneRateWindows(tx, r.Window); err != nil {
+		return store.Admission{}, err
+	}
+	job := store.Job{
+		ID:            in.ID,
+		AccountID:     accountID,
+		Model:         in.Model,
+		Price:         in.Price,
+		FromAllowance: fromAllowance,
+		State:         store.JobQueued,
+		Listener:      in.Listener,
+		Created:       in.Created,
+		Updated:       in.Updated,
+		Canary:        in.Canary,
+		Target:        in.Target,
+		Needs:         in.Needs,
+		KeyHash:       r.KeyHash,
+	}
+	if job.Updated.IsZero() {
+		job.Updated = job.Created
+	}
+	if err := putJSON(jobs, []byte(job.ID), job); err != nil {
+		return store.Admission{}, err
+	}
+	if err := putEntry(tx, store.ChargeEntry(job)); err != nil {
+		return store.Admission{}, err
+	}
+	adm := store.Admission{Job: job, KeyRequests: keyCount + 1, AccountRequests: accountCount + 1}
+	if err := countQueued(tx, job, 1); err != nil {
+		return store.Admission{}, err
+	}
+	if err := tx.Bucket(bQueue).Put(queueKey(job.Model, job.Created, job.ID), nil); err != nil {
+		return store.Admission{}, err
+	}
+	return adm, nil
+}
+
+// checkAdmit refuses an AdmitRequest no store write should see.
+func checkAdmit(r store.AdmitRequest) error {
+	in := r.Job
+	switch {
+	case in.ID == "":
+		return errors.New("embedded: admit: empty job id")
+	case in.Price < 0:
+		return fmt.Errorf("embedded: admit job %s: negative price %d", in.ID, in.Price)
+	case r.AccountLimit < 0:
+		return fmt.Errorf("embedded: admit job %s: negative account limit %d", in.ID, r.AccountLimit)
+	}
+	return nil
 }
 
 // pruneRateWindows deletes the rate-limit counters (keys' and accounts')
@@ -227,55 +280,65 @@ func (s *Store) QueuedJobs(ctx context.Context, model string, limit int) ([]stor
 func (s *Store) Assign(ctx context.Context, jobID, worker string, at time.Time) (store.Job, error) {
 	var job store.Job
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		var err error
-		job, err = loadJob(tx, jobID)
+		queued, err := loadJob(tx, jobID)
 		if err != nil {
 			return err
 		}
-		w, ok, err := loadWorker(tx, worker)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("worker %s: %w", worker, store.ErrNotFound)
-		}
-		if job.State != store.JobQueued {
-			return fmt.Errorf("job is %s: %w", job.State, store.ErrConflict)
-		}
-		switch {
-		case !w.Registered:
-			return fmt.Errorf("worker %s is not registered: %w", worker, store.ErrConflict)
-		case w.Draining:
-			return fmt.Errorf("worker %s is draining: %w", worker, store.ErrConflict)
-		case w.State != store.WorkerIdle:
-			return fmt.Errorf("worker %s is %s: %w", worker, w.State, store.ErrConflict)
-		case !w.Serves(job.Model):
-			return fmt.Errorf("worker %s does not serve %s: %w", worker, job.Model, store.ErrConflict)
-		}
-		if err := tx.Bucket(bQueue).Delete(queueKey(job.Model, job.Created, job.ID)); err != nil {
-			return err
-		}
-		if err := countQueued(tx, job, -1); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bAssigned).Put([]byte(job.ID), nil); err != nil {
-			return err
-		}
-		job.State = store.JobAssigned
-		job.Worker = worker
-		job.WorkerAccount = w.AccountID
-		job.WorkerPubkey = w.Pubkey
-		job.Attempts++
-		job.Updated = at
-		if err := putJSON(tx.Bucket(bJobs), []byte(job.ID), job); err != nil {
-			return err
-		}
-		w.State = store.WorkerBusy
-		w.Job = job.ID
-		return saveWorker(tx, worker, w)
+		job, err = assignTx(tx, queued, worker, at)
+		return err
 	})
 	if err != nil {
 		return store.Job{}, fmt.Errorf("embedded: assign job %s to %s: %w", jobID, worker, err)
+	}
+	return job, nil
+}
+
+// assignTx is Assign's transaction once the job is loaded: every check
+// comes before the first write, so an ErrConflict or ErrNotFound leaves
+// the transaction as it found it (AdmitAssign relies on that).
+func assignTx(tx *bolt.Tx, job store.Job, worker string, at time.Time) (store.Job, error) {
+	w, ok, err := loadWorker(tx, worker)
+	if err != nil {
+		return store.Job{}, err
+	}
+	if !ok {
+		return store.Job{}, fmt.Errorf("worker %s: %w", worker, store.ErrNotFound)
+	}
+	if job.State != store.JobQueued {
+		return store.Job{}, fmt.Errorf("job is %s: %w", job.State, store.ErrConflict)
+	}
+	switch {
+	case !w.Registered:
+		return store.Job{}, fmt.Errorf("worker %s is not registered: %w", worker, store.ErrConflict)
+	case w.Draining:
+		return store.Job{}, fmt.Errorf("worker %s is draining: %w", worker, store.ErrConflict)
+	case w.State != store.WorkerIdle:
+		return store.Job{}, fmt.Errorf("worker %s is %s: %w", worker, w.State, store.ErrConflict)
+	case !w.Serves(job.Model):
+		return store.Job{}, fmt.Errorf("worker %s does not serve %s: %w", worker, job.Model, store.ErrConflict)
+	}
+	if err := tx.Bucket(bQueue).Delete(queueKey(job.Model, job.Created, job.ID)); err != nil {
+		return store.Job{}, err
+	}
+	if err := countQueued(tx, job, -1); err != nil {
+		return store.Job{}, err
+	}
+	if err := tx.Bucket(bAssigned).Put([]byte(job.ID), nil); err != nil {
+		return store.Job{}, err
+	}
+	job.State = store.JobAssigned
+	job.Worker = worker
+	job.WorkerAccount = w.AccountID
+	job.WorkerPubkey = w.Pubkey
+	job.Attempts++
+	job.Updated = at
+	if err := putJSON(tx.Bucket(bJobs), []byte(job.ID), job); err != nil {
+		return store.Job{}, err
+	}
+	w.State = store.WorkerBusy
+	w.Job = job.ID
+	if err := saveWorker(tx, worker, w); err != nil {
+		return store.Job{}, err
 	}
 	return job, nil
 }
