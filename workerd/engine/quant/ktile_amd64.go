@@ -18,15 +18,34 @@ func q6KDot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, lanes *[4][8]fl
 //go:noescape
 func q6KDot8AVX2(row *byte, nb int, q *[8]*int8, d *[8]*float32, lanes *[8][8]float32)
 
+//go:noescape
+func q4KDot4AVX512(row *byte, nb int, q *[4]*int8, d *[4]*float32, sums32 *[4]*int16, lanes *[4][8]float32, mins *[4]float32)
+
+//go:noescape
+func q4KDot8AVX512(row *byte, nb int, q *[8]*int8, d *[8]*float32, sums32 *[8]*int16, lanes *[8][8]float32, mins *[8]float32)
+
+//go:noescape
+func q6KDot4AVX512(row *byte, nb int, q *[4]*int8, d *[4]*float32, lanes *[4][8]float32)
+
+//go:noescape
+func q6KDot8AVX512(row *byte, nb int, q *[8]*int8, d *[8]*float32, lanes *[8][8]float32)
+
+// haveTilesAVX512 selects the AVX-512 prefill tiles (ktile512_amd64.s:
+// byte permutes from VBMI, VPDPWSSD from VNNI, Y16-Y23 from VL); a
+// variable so tests run both them and the AVX2 ones.
+var haveTilesAVX512 = haveKTiles && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VBMI && cpu.X86.HasAVX512VNNI
+
 // haveKTiles: Prepare arranges Q8_K activations in tile order (Act.QT)
 // only where the tiles run.
 var haveKTiles = haveAVX2
 
 // kTiles computes out[i] = Dot(row, &acts[i]) for the leading activations
 // that fill tiles of eight, then of four, with the Q4_K / Q6_K tile
-// kernels (ktile_amd64.s), bit for bit, and returns how many it did: 0
-// without AVX2, for other types, or when an activation was not prepared
-// like the first for the row's length.
+// kernels (ktile512_amd64.s where haveTilesAVX512, else ktile_amd64.s),
+// bit for bit, and returns how many it did: 0 without AVX2, for other
+// types, or when an activation was not prepared like the first for the
+// row's length.
 //
 //go:norace
 func kTiles(row []byte, acts []Act, out []float32) int {
@@ -63,15 +82,24 @@ func kTiles(row []byte, acts []Act, out []float32) int {
 			}
 			q[k], d[k], sums[k] = &a.QT[0], &a.D[0], &a.Sums32[0]
 		}
+		q4, d4, sums4, lanes4, mins4 := (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]*int16)(sums[:4]), (*[4][8]float32)(lanes[:4]), (*[4]float32)(mins[:4])
 		switch {
+		case t == gguf.Q4_K && n == 8 && haveTilesAVX512:
+			q4KDot8AVX512(&row[0], nb, &q, &d, &sums, &lanes, &mins)
 		case t == gguf.Q4_K && n == 8:
 			q4KDot8AVX2(&row[0], nb, &q, &d, &sums, &lanes, &mins)
+		case t == gguf.Q4_K && haveTilesAVX512:
+			q4KDot4AVX512(&row[0], nb, q4, d4, sums4, lanes4, mins4)
 		case t == gguf.Q4_K:
-			q4KDot4AVX2(&row[0], nb, (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]*int16)(sums[:4]), (*[4][8]float32)(lanes[:4]), (*[4]float32)(mins[:4]))
+			q4KDot4AVX2(&row[0], nb, q4, d4, sums4, lanes4, mins4)
+		case n == 8 && haveTilesAVX512:
+			q6KDot8AVX512(&row[0], nb, &q, &d, &lanes)
 		case n == 8:
 			q6KDot8AVX2(&row[0], nb, &q, &d, &lanes)
+		case haveTilesAVX512:
+			q6KDot4AVX512(&row[0], nb, q4, d4, lanes4)
 		default:
-			q6KDot4AVX2(&row[0], nb, (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4][8]float32)(lanes[:4]))
+			q6KDot4AVX2(&row[0], nb, q4, d4, lanes4)
 		}
 		addLanes(out[i:i+n], mins[:n], lanes[:n])
 		i += n
