@@ -20,8 +20,8 @@
 // offset of its scale D[b] (b·4), R10, R11, R12 the arrays of QT, D and
 // Sums32 pointers, DX the lanes and AX the mins results, R13 and R14
 // scratch. Z4-Z7 products, Z8-Z15 activation k's integer lanes (k =
-// 0..7), Y16-Y23 its float lanes, Y3 the mins sums (Q4_K), Z27-Z30 the
-// super-block's weights in tile order.
+// 0..7), Y16-Y23 its float lanes, Y31 the mins sums (Q4_K), Z27-Z30 the
+// super-block's weights in tile order, Z0-Z3 its scale pairs.
 
 // q4Tile: from a Q4_K pair of chunks' 64 nibble bytes, lows in the
 // first table (indices 0-63) and highs in the second (64-127), chunk 0
@@ -165,7 +165,7 @@ GLOBL q6High<>(SB), RODATA|NOPTR, $4
 
 // TZERO zeroes the float lanes and the mins sums, and the offsets.
 #define TZERO \
-	VXORPS Y3, Y3, Y3 \
+	VXORPS Y31, Y31, Y31 \
 	VXORPS Y16, Y16, Y16 \
 	VXORPS Y17, Y17, Y17 \
 	VXORPS Y18, Y18, Y18 \
@@ -241,7 +241,7 @@ GLOBL q6High<>(SB), RODATA|NOPTR, $4
 	VINSERTI128 $1, (R13)(BX*4), y, y \
 	VPMADDWD Y2, y, y
 
-// T4MINS subtracts the mins terms from the sums in r3 (X3 or Y3):
+// T4MINS subtracts the mins terms from the sums in r3 (X31 or Y31):
 // summ (r8, exact) as float32 times dmin·D[b] (D[b] in r12), the AVX2
 // tiles' operations and operand order.
 #define T4MINS(r8, r12, r15, r3) \
@@ -251,9 +251,10 @@ GLOBL q6High<>(SB), RODATA|NOPTR, $4
 	VMULPS r8, r15, r8 \
 	VSUBPS r8, r3, r3
 
-// T4W puts the super-block's 128 weights in tile order: chunk c in
+// T4W puts the super-block's 256 weights in tile order: chunk c in
 // Z27+c (lows, highs split, then permuted by the q4Tile tables in Z25
-// and Z26; Z24 bytes of 0x0f).
+// and Z26; Z24 bytes of 0x0f), and chunk c's scale pair from 4c(SP) in
+// every dword of Zc.
 #define T4W \
 	VMOVDQU64 16(SI), Z0 \
 	VPSRLW $4, Z0, Z1 \
@@ -270,23 +271,26 @@ GLOBL q6High<>(SB), RODATA|NOPTR, $4
 	VMOVDQA64 Z25, Z29 \
 	VPERMI2B Z1, Z0, Z29 \
 	VMOVDQA64 Z26, Z30 \
-	VPERMI2B Z1, Z0, Z30
+	VPERMI2B Z1, Z0, Z30 \
+	VPBROADCASTD 0(SP), Z0 \
+	VPBROADCASTD 4(SP), Z1 \
+	VPBROADCASTD 8(SP), Z2 \
+	VPBROADCASTD 12(SP), Z3
 
 // T4ACT: activation k's 256 quants of the block (QT) against the four
 // chunks, each word (a lane's two products of one sub-block, at most
-// 2·15·128) times its sub-block's scale (the chunk's pair at 4c(SP))
-// into acc, zeroed first.
+// 2·15·128) times its sub-block's scale (chunk c's pair in Zc), summed
+// in acc.
 #define T4ACT(k, acc) \
 	MOVQ (k*8)(R10), R13 \
-	VPXORD acc, acc, acc \
 	VPMADDUBSW (R13)(DI*1), Z27, Z4 \
 	VPMADDUBSW 64(R13)(DI*1), Z28, Z5 \
 	VPMADDUBSW 128(R13)(DI*1), Z29, Z6 \
 	VPMADDUBSW 192(R13)(DI*1), Z30, Z7 \
-	VPDPWSSD.BCST 0(SP), Z4, acc \
-	VPDPWSSD.BCST 4(SP), Z5, acc \
-	VPDPWSSD.BCST 8(SP), Z6, acc \
-	VPDPWSSD.BCST 12(SP), Z7, acc
+	VPMADDWD Z0, Z4, acc \
+	VPDPWSSD Z1, Z5, acc \
+	VPDPWSSD Z2, Z6, acc \
+	VPDPWSSD Z3, Z7, acc
 
 // T4INIT loads the constants and zeroes the accumulators.
 #define T4INIT \
@@ -320,7 +324,7 @@ q4k4block512:
 	VPHADDD X9, X8, X8
 	VPHADDD X11, X10, X10
 	VPHADDD X10, X8, X8
-	T4MINS(X8, X12, X15, X3)
+	T4MINS(X8, X12, X15, X31)
 	T4W
 	T4ACT(0, Z8)
 	T4ACT(1, Z9)
@@ -331,7 +335,7 @@ q4k4block512:
 	JNE q4k4block512
 
 	TSTORE4
-	VMOVUPS X3, (AX)
+	VMOVUPS X31, (AX)
 	VZEROUPPER
 	RET
 
@@ -360,7 +364,7 @@ q4k8block512:
 	VPHADDD Y9, Y8, Y8
 	VPHADDD Y11, Y10, Y10
 	VPHADDD Y10, Y8, Y8
-	T4MINS(Y8, Y12, Y15, Y3)
+	T4MINS(Y8, Y12, Y15, Y31)
 	T4W
 	T4ACT(0, Z8)
 	T4ACT(1, Z9)
@@ -375,7 +379,7 @@ q4k8block512:
 	JNE q4k8block512
 
 	TSTORE8
-	VMOVUPS Y3, (AX)
+	VMOVUPS Y31, (AX)
 	VZEROUPPER
 	RET
 
