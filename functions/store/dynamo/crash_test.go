@@ -160,6 +160,14 @@ func TestCrashAtEveryWrite(t *testing.T) {
 		}},
 		{"Admit", func(s store.Store) error { _, err := s.Admit(bg, req("new")); return err }},
 		{"AdmitLimited", func(s store.Store) error { _, err := s.Admit(bg, limitedReq("new")); return err }},
+		{"AdmitAssign", func(s store.Store) error {
+			// The idle list makes w2 known, as a dispatcher's read does.
+			if _, err := s.IdleWorkers(bg, "m"); err != nil {
+				return err
+			}
+			_, _, err := s.(*dynamo.Store).AdmitAssign(bg, req("new"), "w2")
+			return err
+		}},
 		{"FailRefundLimited", func(s store.Store) error {
 			_, err := s.Fail(bg, "limited", "queue_timeout", true, t0.Add(time.Second))
 			return err

@@ -53,130 +53,44 @@ const (
 // several do. The limits themselves are exact either way: they are
 // conditions of the write.
 func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
-	in := r.Job
-	if in.ID == "" {
-		return store.Admission{}, errors.New("dynamo: admit: empty job id")
-	}
 	fail := func(err error) (store.Admission, error) {
-		return store.Admission{}, fmt.Errorf("dynamo: admit job %s: %w", in.ID, err)
+		return store.Admission{}, fmt.Errorf("dynamo: admit job %s: %w", r.Job.ID, err)
 	}
-	if in.Price < 0 {
-		return fail(fmt.Errorf("negative price %d", in.Price))
+	a, err := s.newAdmission(ctx, r)
+	if err != nil {
+		return fail(err)
 	}
-	if r.AccountLimit < 0 {
-		return fail(fmt.Errorf("negative account limit %d", r.AccountLimit))
-	}
-	if r.Limit <= 0 { // no request fits in the window (as the embedded store says)
-		return fail(fmt.Errorf("limit %d: %w", r.Limit, store.ErrRateLimited))
-	}
-	accountID := in.AccountID
-	if accountID == "" {
-		// The caller did not say whose job it is: one more read.
-		key, err := s.getSecret(ctx, apiKeys, r.KeyHash)
-		if errors.Is(err, store.ErrNotFound) {
-			return fail(fmt.Errorf("api key: %w", store.ErrNotFound))
-		} else if err != nil {
-			return fail(err)
-		}
-		accountID = key.AccountID
-	}
-	job := store.Job{ID: in.ID, AccountID: accountID, Model: in.Model, Price: in.Price,
-		State: store.JobQueued, Listener: in.Listener, Created: in.Created, Updated: in.Updated,
-		Canary: in.Canary, Target: in.Target, Needs: in.Needs, KeyHash: r.KeyHash}
-	if job.Updated.IsZero() {
-		job.Updated = job.Created
-	}
-	keyWindow, accountWindow := rateKey(r.KeyHash, r.Window), accountRateKey(accountID, r.Window)
-	windowTTL := num(ttl(r.Window.Add(rateWindowTTL)))
-	// The account's window is counted even without a cap, so that the
-	// count is right the moment a cap is set.
-	accountRate := &types.Update{TableName: s.tableName(), Key: accountWindow.av(),
-		UpdateExpression:          aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
-		ExpressionAttributeNames:  names(aCount, schema.TTL),
-		ExpressionAttributeValues: values{":zero": num(0), ":one": num(1), ":ttl": windowTTL}}
-	if r.AccountLimit > 0 {
-		accountRate.ConditionExpression = aws.String("attribute_not_exists(#count) OR #count < :limit")
-		accountRate.ExpressionAttributeValues[":limit"] = num(r.AccountLimit)
-		accountRate.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
-	}
-	allowance := s.hints.allowance(accountID)
-	spend := s.hints.key(r.KeyHash)
 	for try := 0; ; try++ {
-		job.FromAllowance = min(max(allowance, 0), job.Price)
-		fromCredits := job.Price - job.FromAllowance
-		jobItem, err := marshal(toJobItem(job))
+		items, err := a.items(s)
 		if err != nil {
 			return fail(err)
 		}
-		// The allowance condition pins the split computed above.
-		allowanceCond := ""
-		switch {
-		case job.Price == 0:
-		case job.FromAllowance == job.Price:
-			allowanceCond = " AND #allowance >= :price"
-		case job.FromAllowance == 0:
-			allowanceCond = " AND #allowance <= :zero"
-		default:
-			allowanceCond = " AND #allowance = :fa"
-		}
-		v := values{":fa": num(job.FromAllowance), ":fc": num(fromCredits), ":price": num(job.Price)}
-		if job.FromAllowance == 0 && job.Price > 0 {
-			v[":zero"] = num(0)
-		}
-		charge, chargeNames := "SET #credits = #credits - :fc, #allowance = #allowance - :fa, #spent = #spent + :price", names(aCredits, aAllowance, aSpent)
-		if job.Price > 0 {
-			// A request that costs something makes the account active.
-			charge += ", #last_request = :created"
-			chargeNames["#"+aLastReq], v[":created"] = aLastReq, num(nanos(job.Created))
-		}
-		items := s.withEntry([]types.TransactWriteItem{
-			admitKey: s.chargeKeyItem(r.KeyHash, accountID, job, spend),
-			admitJob: {Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
-			admitKeyRate: {Update: &types.Update{TableName: s.tableName(), Key: keyWindow.av(),
-				UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
-				ConditionExpression:                 aws.String("attribute_not_exists(#count) OR #count < :limit"),
-				ExpressionAttributeNames:            names(aCount, schema.TTL),
-				ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":limit": num(r.Limit), ":ttl": windowTTL},
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-			admitAccountRate: {Update: accountRate},
-			admitAccount: {Update: &types.Update{TableName: s.tableName(), Key: accountKey(accountID).av(),
-				UpdateExpression:                    aws.String(charge),
-				ConditionExpression:                 aws.String("attribute_exists(pk) AND #credits >= :fc" + allowanceCond),
-				ExpressionAttributeNames:            chargeNames,
-				ExpressionAttributeValues:           v,
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-		}, store.ChargeEntry(job))
 		// Queued: counted in the same write, after the items above, whose
 		// indexes the cancellation reasons follow.
-		err = s.transact(ctx, append(items, s.queueCountItem(job, 1)))
+		err = s.transact(ctx, append(items, s.queueCountItem(a.job, 1)))
 		var tf *txFailed
 		if !errors.As(err, &tf) {
 			if err != nil {
 				return fail(err)
 			}
-			s.hints.setAllowance(accountID, allowance-job.FromAllowance)
-			spend.period = store.PeriodOf(spend.reset, job.Created)
-			s.hints.setKey(r.KeyHash, spend)
-			s.hints.setJob(job)
-			return store.Admission{Job: job, KeyRequests: s.hints.countAdmitted(keyWindow),
-				AccountRequests: s.hints.countAdmitted(accountWindow)}, nil
+			return a.done(s), nil
 		}
 		switch {
 		case tf.failed(admitKey):
 			// Refused, or what this process knew of the key's spend
 			// was stale: the key as it is says which.
-			spend, err = chargeRefused(tf.old(admitKey), accountID, job)
-			s.hints.setKey(r.KeyHash, spend)
+			a.spend, err = chargeRefused(tf.old(admitKey), a.accountID, a.job)
+			s.hints.setKey(r.KeyHash, a.spend)
 			if err != nil {
 				return fail(err)
 			}
 			if tf.failed(admitAccount) && tf.old(admitAccount) != nil {
 				// Learn the allowance too, or the next try fails there.
-				var a accountItem
-				if err := unmarshal(tf.old(admitAccount), &a); err != nil {
+				var acc accountItem
+				if err := unmarshal(tf.old(admitAccount), &acc); err != nil {
 					return fail(err)
 				}
-				allowance = a.Allowance
+				a.allowance = acc.Allowance
 			}
 			if try >= maxStaleRetries {
 				return fail(fmt.Errorf("api key keeps changing: %w", store.ErrConflict))
@@ -188,30 +102,188 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 				windowCount(tf.old(admitKeyRate)), r.Limit, store.ErrRateLimited))
 		case tf.failed(admitAccountRate):
 			return fail(fmt.Errorf("account %s: %d of %d requests in window: %w",
-				accountID, windowCount(tf.old(admitAccountRate)), r.AccountLimit, store.ErrRateLimited))
+				a.accountID, windowCount(tf.old(admitAccountRate)), r.AccountLimit, store.ErrRateLimited))
 		case tf.failed(admitAccount):
 			old := tf.old(admitAccount)
 			if old == nil {
-				return fail(fmt.Errorf("account %s: %w", accountID, store.ErrNotFound))
+				return fail(fmt.Errorf("account %s: %w", a.accountID, store.ErrNotFound))
 			}
-			var a accountItem
-			if err := unmarshal(old, &a); err != nil {
+			var acc accountItem
+			if err := unmarshal(old, &acc); err != nil {
 				return fail(err)
 			}
-			allowance = a.Allowance
-			s.hints.setAllowance(accountID, allowance)
-			fa := min(max(a.Allowance, 0), job.Price)
-			if job.Price-fa > a.Credits {
+			a.allowance = acc.Allowance
+			s.hints.setAllowance(a.accountID, a.allowance)
+			fa := min(max(acc.Allowance, 0), a.job.Price)
+			if a.job.Price-fa > acc.Credits {
 				return fail(fmt.Errorf("account %s: price %d, allowance %d, credits %d: %w",
-					accountID, job.Price, a.Allowance, a.Credits, store.ErrInsufficientCredits))
+					a.accountID, a.job.Price, acc.Allowance, acc.Credits, store.ErrInsufficientCredits))
 			}
 			if try >= maxStaleRetries {
-				return fail(fmt.Errorf("account %s keeps changing: %w", accountID, store.ErrConflict))
+				return fail(fmt.Errorf("account %s keeps changing: %w", a.accountID, store.ErrConflict))
 			}
 		default:
 			return fail(tf)
 		}
 	}
+}
+
+// AdmitAssign is Admit and Assign of the admitted job to worker conn in one
+// transaction: the request path's one round trip when a worker is idle at
+// admission (dispatch.AdmitAssigner). It tries the combined write once,
+// from what this process knows of the key, the account and the worker; if
+// any condition fails (the worker taken or gone, a refusal, a stale hint)
+// or the worker is unknown here, it falls back to Admit, which sorts
+// those out and queues the job, and assigned is false. The job is counted
+// neither into the queue nor out of it (Admit's +1 and Assign's -1).
+func (s *Store) AdmitAssign(ctx context.Context, r store.AdmitRequest, conn string) (adm store.Admission, assigned bool, err error) {
+	who, ok := s.hints.worker(conn)
+	if !ok {
+		adm, err = s.Admit(ctx, r)
+		return adm, false, err
+	}
+	a, err := s.newAdmission(ctx, r)
+	if err != nil {
+		return store.Admission{}, false, fmt.Errorf("dynamo: admit job %s: %w", r.Job.ID, err)
+	}
+	a.job.State, a.job.Worker, a.job.WorkerAccount, a.job.WorkerPubkey = store.JobAssigned, conn, who.account, who.pubkey
+	a.job.Attempts = 1
+	items, err := a.items(s)
+	if err != nil {
+		return store.Admission{}, false, fmt.Errorf("dynamo: admit job %s: %w", r.Job.ID, err)
+	}
+	err = s.transact(ctx, append(items, s.claimWorkerItem(conn, a.job, who)))
+	var tf *txFailed
+	if errors.As(err, &tf) {
+		adm, err = s.Admit(ctx, r)
+		return adm, false, err
+	}
+	if err != nil {
+		return store.Admission{}, false, fmt.Errorf("dynamo: admit job %s on %s: %w", r.Job.ID, conn, err)
+	}
+	return a.done(s), true, nil
+}
+
+// admission is one Admit in the making: the job as it will be stored and
+// what this process knows of the account's allowance and the key's spend,
+// which the transaction's conditions pin (a failed try corrects them).
+type admission struct {
+	r           store.AdmitRequest
+	job         store.Job
+	accountID   string
+	allowance   int64
+	spend       keySpend
+	accountRate *types.Update
+}
+
+// newAdmission checks r and prepares its admission; the account comes from
+// the key (one read) when r.Job does not name it.
+func (s *Store) newAdmission(ctx context.Context, r store.AdmitRequest) (*admission, error) {
+	in := r.Job
+	if in.ID == "" {
+		return nil, errors.New("empty job id")
+	}
+	if in.Price < 0 {
+		return nil, fmt.Errorf("negative price %d", in.Price)
+	}
+	if r.AccountLimit < 0 {
+		return nil, fmt.Errorf("negative account limit %d", r.AccountLimit)
+	}
+	if r.Limit <= 0 { // no request fits in the window (as the embedded store says)
+		return nil, fmt.Errorf("limit %d: %w", r.Limit, store.ErrRateLimited)
+	}
+	accountID := in.AccountID
+	if accountID == "" {
+		// The caller did not say whose job it is: one more read.
+		key, err := s.getSecret(ctx, apiKeys, r.KeyHash)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("api key: %w", store.ErrNotFound)
+		} else if err != nil {
+			return nil, err
+		}
+		accountID = key.AccountID
+	}
+	job := store.Job{ID: in.ID, AccountID: accountID, Model: in.Model, Price: in.Price,
+		State: store.JobQueued, Listener: in.Listener, Created: in.Created, Updated: in.Updated,
+		Canary: in.Canary, Target: in.Target, Needs: in.Needs, KeyHash: r.KeyHash}
+	if job.Updated.IsZero() {
+		job.Updated = job.Created
+	}
+	// The account's window is counted even without a cap, so that the
+	// count is right the moment a cap is set.
+	accountRate := &types.Update{TableName: s.tableName(), Key: accountRateKey(accountID, r.Window).av(),
+		UpdateExpression:          aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
+		ExpressionAttributeNames:  names(aCount, schema.TTL),
+		ExpressionAttributeValues: values{":zero": num(0), ":one": num(1), ":ttl": num(ttl(r.Window.Add(rateWindowTTL)))}}
+	if r.AccountLimit > 0 {
+		accountRate.ConditionExpression = aws.String("attribute_not_exists(#count) OR #count < :limit")
+		accountRate.ExpressionAttributeValues[":limit"] = num(r.AccountLimit)
+		accountRate.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	}
+	return &admission{r: r, job: job, accountID: accountID, allowance: s.hints.allowance(accountID),
+		spend: s.hints.key(r.KeyHash), accountRate: accountRate}, nil
+}
+
+// items are the admission's transaction items (indexed admitKey ..., then
+// the ledger entry), with the allowance and credits split as this process
+// knows the account.
+func (a *admission) items(s *Store) ([]types.TransactWriteItem, error) {
+	r, job := a.r, &a.job
+	job.FromAllowance = min(max(a.allowance, 0), job.Price)
+	fromCredits := job.Price - job.FromAllowance
+	jobItem, err := marshal(toJobItem(*job))
+	if err != nil {
+		return nil, err
+	}
+	// The allowance condition pins the split computed above.
+	allowanceCond := ""
+	switch {
+	case job.Price == 0:
+	case job.FromAllowance == job.Price:
+		allowanceCond = " AND #allowance >= :price"
+	case job.FromAllowance == 0:
+		allowanceCond = " AND #allowance <= :zero"
+	default:
+		allowanceCond = " AND #allowance = :fa"
+	}
+	v := values{":fa": num(job.FromAllowance), ":fc": num(fromCredits), ":price": num(job.Price)}
+	if job.FromAllowance == 0 && job.Price > 0 {
+		v[":zero"] = num(0)
+	}
+	charge, chargeNames := "SET #credits = #credits - :fc, #allowance = #allowance - :fa, #spent = #spent + :price", names(aCredits, aAllowance, aSpent)
+	if job.Price > 0 {
+		// A request that costs something makes the account active.
+		charge += ", #last_request = :created"
+		chargeNames["#"+aLastReq], v[":created"] = aLastReq, num(nanos(job.Created))
+	}
+	return s.withEntry([]types.TransactWriteItem{
+		admitKey: s.chargeKeyItem(r.KeyHash, a.accountID, *job, a.spend),
+		admitJob: {Put: &types.Put{TableName: s.tableName(), Item: jobItem, ConditionExpression: notExists}},
+		admitKeyRate: {Update: &types.Update{TableName: s.tableName(), Key: rateKey(r.KeyHash, r.Window).av(),
+			UpdateExpression:                    aws.String("SET #count = if_not_exists(#count, :zero) + :one, #ttl = :ttl"),
+			ConditionExpression:                 aws.String("attribute_not_exists(#count) OR #count < :limit"),
+			ExpressionAttributeNames:            names(aCount, schema.TTL),
+			ExpressionAttributeValues:           values{":zero": num(0), ":one": num(1), ":limit": num(r.Limit), ":ttl": num(ttl(r.Window.Add(rateWindowTTL)))},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+		admitAccountRate: {Update: a.accountRate},
+		admitAccount: {Update: &types.Update{TableName: s.tableName(), Key: accountKey(a.accountID).av(),
+			UpdateExpression:                    aws.String(charge),
+			ConditionExpression:                 aws.String("attribute_exists(pk) AND #credits >= :fc" + allowanceCond),
+			ExpressionAttributeNames:            chargeNames,
+			ExpressionAttributeValues:           v,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+	}, store.ChargeEntry(*job)), nil
+}
+
+// done records in the hints what the committed admission changed and
+// returns it.
+func (a *admission) done(s *Store) store.Admission {
+	s.hints.setAllowance(a.accountID, a.allowance-a.job.FromAllowance)
+	a.spend.period = store.PeriodOf(a.spend.reset, a.job.Created)
+	s.hints.setKey(a.r.KeyHash, a.spend)
+	s.hints.setJob(a.job)
+	return store.Admission{Job: a.job, KeyRequests: s.hints.countAdmitted(rateKey(a.r.KeyHash, a.r.Window)),
+		AccountRequests: s.hints.countAdmitted(accountRateKey(a.accountID, a.r.Window))}
 }
 
 // windowCount is the count of a rate window's ALL_OLD image, for messages
@@ -346,12 +418,7 @@ func (s *Store) Assign(ctx context.Context, jobID, conn string, at time.Time) (s
 				ExpressionAttributeNames:            names(aState, aWorker, aWorkerAcc, aWorkerPub, aAttempts, aUpdated, schema.GPK, schema.GSK),
 				ExpressionAttributeValues:           values{":assigned": str(string(store.JobAssigned)), ":queued": str(string(store.JobQueued)), ":w": str(conn), ":wa": str(who.account), ":pk": str(who.pubkey), ":one": num(1), ":at": num(nanos(at)), ":attempts": num(int64(job.Attempts))},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-			{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
-				UpdateExpression:                    aws.String("SET #state = :busy, #job = :job"),
-				ConditionExpression:                 aws.String("attribute_exists(pk) AND #registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #account = :wa AND #pubkey = :pk AND #ttl > :now"),
-				ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount, aPubkey, schema.TTL),
-				ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(jobID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(who.account), ":pk": str(who.pubkey), ":now": num(ttl(s.now()))},
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
+			s.claimWorkerItem(conn, job, who),
 			s.queueCountItem(job, -1), // out of the queue, once: the job's condition
 		})
 		var tf *txFailed
@@ -435,6 +502,19 @@ func (s *Store) recordSpeed(ctx context.Context, conn string, milliTokPerSec int
 		return nil // the worker is gone
 	}
 	return err
+}
+
+// claimWorkerItem makes worker conn busy with job, on the condition that it
+// is a live, registered, idle worker that serves the job's model, is not
+// draining, and is the account and identity who says (the job records
+// them).
+func (s *Store) claimWorkerItem(conn string, job store.Job, who workerIdentity) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{TableName: s.tableName(), Key: workerKey(conn).av(),
+		UpdateExpression:                    aws.String("SET #state = :busy, #job = :job"),
+		ConditionExpression:                 aws.String("attribute_exists(pk) AND #registered = :t AND #draining = :f AND #state = :idle AND contains(#models, :model) AND #account = :wa AND #pubkey = :pk AND #ttl > :now"),
+		ExpressionAttributeNames:            names(aState, aJob, aReg, aDraining, aModels, aAccount, aPubkey, schema.TTL),
+		ExpressionAttributeValues:           values{":busy": str(string(store.WorkerBusy)), ":idle": str(string(store.WorkerIdle)), ":job": str(job.ID), ":t": boolean(true), ":f": boolean(false), ":model": str(job.Model), ":wa": str(who.account), ":pk": str(who.pubkey), ":now": num(ttl(s.now()))},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}
 }
 
 // Requeue implements store.Store. The job goes back to its queue shard

@@ -35,6 +35,7 @@ func bench(b *testing.B, setup func(b *testing.B, s *Store), op func(s *Store, i
 				setup(b, s)
 			}
 			s.db.NoSync = mode.noSync
+			start := s.db.Stats().TxStats
 			b.ResetTimer()
 			for i := range b.N {
 				if err := op(s, i); err != nil {
@@ -43,6 +44,8 @@ func bench(b *testing.B, setup func(b *testing.B, s *Store), op func(s *Store, i
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+			st := s.db.Stats().TxStats
+			b.ReportMetric(float64(st.GetWrite()-start.GetWrite())/float64(b.N), "page-writes/op")
 		})
 	}
 }
@@ -62,6 +65,11 @@ func queue(b *testing.B, s *Store) {
 // w0..wN-1.
 func queueWithWorkers(b *testing.B, s *Store) {
 	queue(b, s)
+	workers(b, s)
+}
+
+// workers registers b.N idle workers w0..wN-1.
+func workers(b *testing.B, s *Store) {
 	for i := range b.N {
 		must(b, s.PutWorker(ctx, worker(fmt.Sprint("w", i))))
 		if _, err := s.RegisterWorker(ctx, fmt.Sprint("w", i), []string{"m1"}, nil); err != nil {
@@ -90,6 +98,19 @@ func BenchmarkAdmit(b *testing.B) {
 func BenchmarkAssign(b *testing.B) {
 	bench(b, queueWithWorkers, func(s *Store, i int) error {
 		_, err := s.Assign(ctx, fmt.Sprint("j", i), fmt.Sprint("w", i), t0)
+		return err
+	})
+}
+
+// BenchmarkAdmitAssign is the request path's one write when a worker is
+// idle (Dispatcher.Admit): BenchmarkAdmit and BenchmarkAssign in one
+// transaction.
+func BenchmarkAdmitAssign(b *testing.B) {
+	bench(b, workers, func(s *Store, i int) error {
+		_, ok, err := s.AdmitAssign(ctx, admitReq(fmt.Sprint("j", i), t0, 1), fmt.Sprint("w", i))
+		if err == nil && !ok {
+			err = fmt.Errorf("job j%d not assigned", i)
+		}
 		return err
 	})
 }
