@@ -1,3 +1,4 @@
+#include "go_asm.h"
 #include "textflag.h"
 
 // The K-quant prefill tiles of ktile_amd64.s (one weight row against
@@ -13,15 +14,21 @@
 // grouped differently, which integer sums do not see) and every float
 // operation is theirs, in their order and with their operand order, so
 // each result is Dot's bit for bit. The float lanes and the mins stay in
-// registers for the whole row.
+// registers for the whole row, and the tiles of eight take all of a
+// row's tiles in one call, reading the activations' slices from their
+// Act structs and adding each activation's lanes to its result there
+// (addLanes' operations): no Go between the tiles.
 //
 // Registers: SI the weight super-block, CX the blocks left, DI the
 // offset of the super-block in each activation's QT (b·256), BX the
 // offset of its scale D[b] (b·4), R10, R11, R12 the arrays of QT, D and
-// Sums32 pointers, DX the lanes and AX the mins results, R13 and R14
-// scratch. Z4-Z7 products, Z8-Z15 activation k's integer lanes (k =
-// 0..7), Y16-Y23 its float lanes, Y31 the mins sums (Q4_K), Z27-Z30 the
-// super-block's weights in tile order, Z0-Z3 its scale pairs.
+// Sums32 pointers, R13 and R14 scratch; in the tiles of four DX the
+// lanes and AX the mins results, in those of eight (a row against all
+// its activations' tiles) AX the next eight Act structs, DX their
+// results, R8 the tiles left. Z4-Z7 products, Z8-Z15 activation k's
+// integer lanes (k = 0..7), Y16-Y23 its float lanes, Y31 the mins sums
+// (Q4_K), Z27-Z30 the super-block's weights in tile order, Z0-Z3 its
+// scale pairs.
 
 // q4Tile: from a Q4_K pair of chunks' 64 nibble bytes, lows in the
 // first table (indices 0-63) and highs in the second (64-127), chunk 0
@@ -177,19 +184,87 @@ GLOBL q6High<>(SB), RODATA|NOPTR, $4
 	XORQ DI, DI \
 	XORQ BX, BX
 
-// TSTORE4 and TSTORE8 store the float lanes at DX ([n][8]float32).
+// TSTORE4 stores the float lanes at DX ([4][8]float32).
 #define TSTORE4 \
 	VMOVUPS Y16, (DX) \
 	VMOVUPS Y17, 32(DX) \
 	VMOVUPS Y18, 64(DX) \
 	VMOVUPS Y19, 96(DX)
 
-#define TSTORE8 \
-	TSTORE4 \
-	VMOVUPS Y20, 128(DX) \
-	VMOVUPS Y21, 160(DX) \
-	VMOVUPS Y22, 192(DX) \
-	VMOVUPS Y23, 224(DX)
+// TSUM8 stores at DX each of the eight activations' result: start (its
+// lane in s: the mins sums, or zeros) plus its float lanes 0 to 7 in
+// order, addLanes' additions and operand order. The lanes Y16-Y23 (one
+// activation each) are transposed so that each addition serves all
+// eight activations: Y8+j holds lane j of every activation.
+#define TSUM8(s) \
+	VUNPCKLPS Y17, Y16, Y0 \
+	VUNPCKHPS Y17, Y16, Y1 \
+	VUNPCKLPS Y19, Y18, Y2 \
+	VUNPCKHPS Y19, Y18, Y3 \
+	VUNPCKLPS Y21, Y20, Y4 \
+	VUNPCKHPS Y21, Y20, Y5 \
+	VUNPCKLPS Y23, Y22, Y6 \
+	VUNPCKHPS Y23, Y22, Y7 \
+	VSHUFPS $0x44, Y2, Y0, Y8 \
+	VSHUFPS $0xEE, Y2, Y0, Y9 \
+	VSHUFPS $0x44, Y3, Y1, Y10 \
+	VSHUFPS $0xEE, Y3, Y1, Y11 \
+	VSHUFPS $0x44, Y6, Y4, Y12 \
+	VSHUFPS $0xEE, Y6, Y4, Y13 \
+	VSHUFPS $0x44, Y7, Y5, Y14 \
+	VSHUFPS $0xEE, Y7, Y5, Y15 \
+	VPERM2F128 $0x20, Y12, Y8, Y0 \
+	VPERM2F128 $0x20, Y13, Y9, Y1 \
+	VPERM2F128 $0x20, Y14, Y10, Y2 \
+	VPERM2F128 $0x20, Y15, Y11, Y3 \
+	VPERM2F128 $0x31, Y12, Y8, Y4 \
+	VPERM2F128 $0x31, Y13, Y9, Y5 \
+	VPERM2F128 $0x31, Y14, Y10, Y6 \
+	VPERM2F128 $0x31, Y15, Y11, Y7 \
+	VADDPS Y0, s, s \
+	VADDPS Y1, s, s \
+	VADDPS Y2, s, s \
+	VADDPS Y3, s, s \
+	VADDPS Y4, s, s \
+	VADDPS Y5, s, s \
+	VADDPS Y6, s, s \
+	VADDPS Y7, s, s \
+	VMOVUPS s, (DX)
+
+// TACTS copies the QT, D and Sums32 data pointers of the eight
+// activations at AX (Act structs) to the arrays at 64(SP), 128(SP) and
+// 192(SP), which R10, R11 and R12 point at.
+#define TACT(k) \
+	MOVQ (k*Act__size+Act_QT)(AX), R13 \
+	MOVQ R13, (64+8*k)(SP) \
+	MOVQ (k*Act__size+Act_D)(AX), R13 \
+	MOVQ R13, (128+8*k)(SP) \
+	MOVQ (k*Act__size+Act_Sums32)(AX), R13 \
+	MOVQ R13, (192+8*k)(SP)
+
+#define TACTS \
+	TACT(0) \
+	TACT(1) \
+	TACT(2) \
+	TACT(3) \
+	TACT(4) \
+	TACT(5) \
+	TACT(6) \
+	TACT(7)
+
+// TTILE starts a tile: the activations' pointers, the row's first
+// super-block, the zeroed lanes and offsets.
+#define TTILE \
+	TACTS \
+	MOVQ row+0(FP), SI \
+	MOVQ nb+8(FP), CX \
+	TZERO
+
+// TNEXTTILE moves to the next eight activations and results.
+#define TNEXTTILE \
+	ADDQ $(8*Act__size), AX \
+	ADDQ $32, DX \
+	DECQ R8
 
 #define TNEXT(size) \
 	ADDQ $size, SI \
@@ -292,13 +367,12 @@ GLOBL q6High<>(SB), RODATA|NOPTR, $4
 	VPDPWSSD Z2, Z6, acc \
 	VPDPWSSD Z3, Z7, acc
 
-// T4INIT loads the constants and zeroes the accumulators.
+// T4INIT loads the constants.
 #define T4INIT \
 	MOVL $0x0f0f0f0f, R13 \
 	VPBROADCASTD R13, Z24 \
 	VMOVDQU64 q4Tile<>+0(SB), Z25 \
-	VMOVDQU64 q4Tile<>+64(SB), Z26 \
-	TZERO
+	VMOVDQU64 q4Tile<>+64(SB), Z26
 
 // func q4KDot4AVX512(row *byte, nb int, q *[4]*int8, d *[4]*float32, sums32 *[4]*int16, lanes *[4][8]float32, mins *[4]float32)
 //
@@ -312,6 +386,7 @@ TEXT ·q4KDot4AVX512(SB), NOSPLIT, $64-56
 	MOVQ lanes+40(FP), DX
 	MOVQ mins+48(FP), AX
 	T4INIT
+	TZERO
 
 q4k4block512:
 	T4SCALES
@@ -339,18 +414,23 @@ q4k4block512:
 	VZEROUPPER
 	RET
 
-// func q4KDot8AVX512(row *byte, nb int, q *[8]*int8, d *[8]*float32, sums32 *[8]*int16, lanes *[8][8]float32, mins *[8]float32)
+// func q4KTiles8AVX512(row *byte, nb int, acts *Act, tiles int, out *float32)
 //
-// q4KDot4AVX512 for eight activations.
-TEXT ·q4KDot8AVX512(SB), NOSPLIT, $64-56
-	MOVQ row+0(FP), SI
-	MOVQ nb+8(FP), CX
-	MOVQ q+16(FP), R10
-	MOVQ d+24(FP), R11
-	MOVQ sums32+32(FP), R12
-	MOVQ lanes+40(FP), DX
-	MOVQ mins+48(FP), AX
+// out[i] = dotQ4K(row, &acts[i]) for the 8·tiles > 0 activations at
+// acts, eight at a time: q4KDot4AVX512's operations for eight
+// activations, then addLanes' final sums. nb > 0, and every activation
+// is prepared for the row's type and length with the tile order.
+TEXT ·q4KTiles8AVX512(SB), NOSPLIT, $256-40
+	MOVQ acts+16(FP), AX
+	MOVQ tiles+24(FP), R8
+	MOVQ out+32(FP), DX
+	LEAQ 64(SP), R10
+	LEAQ 128(SP), R11
+	LEAQ 192(SP), R12
 	T4INIT
+
+q4ktile512:
+	TTILE
 
 q4k8block512:
 	T4SCALES
@@ -378,8 +458,10 @@ q4k8block512:
 	TNEXT(144)
 	JNE q4k8block512
 
-	TSTORE8
-	VMOVUPS Y31, (AX)
+	TSUM8(Y31)
+	TNEXTTILE
+	JNE q4ktile512
+
 	VZEROUPPER
 	RET
 
@@ -459,14 +541,13 @@ q4k8block512:
 	VPDPWSSD Z3, Z7, acc
 
 // T6INIT loads the constants (Z24 bytes of 0x80, Z25 the q6Tile
-// permutation, Z26 bytes of 0x0f) and zeroes the accumulators.
+// permutation, Z26 bytes of 0x0f).
 #define T6INIT \
 	MOVL $0x80808080, R13 \
 	VPBROADCASTD R13, Z24 \
 	VMOVDQU64 q6Tile<>(SB), Z25 \
 	MOVL $0x0f0f0f0f, R13 \
-	VPBROADCASTD R13, Z26 \
-	TZERO
+	VPBROADCASTD R13, Z26
 
 // func q6KDot4AVX512(row *byte, nb int, q *[4]*int8, d *[4]*float32, lanes *[4][8]float32)
 //
@@ -478,6 +559,7 @@ TEXT ·q6KDot4AVX512(SB), NOSPLIT, $64-40
 	MOVQ d+24(FP), R11
 	MOVQ lanes+32(FP), DX
 	T6INIT
+	TZERO
 
 q6k4block512:
 	TDVEC4(0, X12)
@@ -495,16 +577,19 @@ q6k4block512:
 	VZEROUPPER
 	RET
 
-// func q6KDot8AVX512(row *byte, nb int, q *[8]*int8, d *[8]*float32, lanes *[8][8]float32)
+// func q6KTiles8AVX512(row *byte, nb int, acts *Act, tiles int, out *float32)
 //
-// q6KDot4AVX512 for eight activations.
-TEXT ·q6KDot8AVX512(SB), NOSPLIT, $64-40
-	MOVQ row+0(FP), SI
-	MOVQ nb+8(FP), CX
-	MOVQ q+16(FP), R10
-	MOVQ d+24(FP), R11
-	MOVQ lanes+32(FP), DX
+// out[i] = dotQ6K(row, &acts[i]), as q4KTiles8AVX512.
+TEXT ·q6KTiles8AVX512(SB), NOSPLIT, $256-40
+	MOVQ acts+16(FP), AX
+	MOVQ tiles+24(FP), R8
+	MOVQ out+32(FP), DX
+	LEAQ 64(SP), R10
+	LEAQ 128(SP), R11
 	T6INIT
+
+q6ktile512:
+	TTILE
 
 q6k8block512:
 	TDVEC8
@@ -522,6 +607,10 @@ q6k8block512:
 	TNEXT(210)
 	JNE q6k8block512
 
-	TSTORE8
+	VXORPS Y31, Y31, Y31
+	TSUM8(Y31)
+	TNEXTTILE
+	JNE q6ktile512
+
 	VZEROUPPER
 	RET

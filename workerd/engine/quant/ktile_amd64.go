@@ -22,13 +22,13 @@ func q6KDot8AVX2(row *byte, nb int, q *[8]*int8, d *[8]*float32, lanes *[8][8]fl
 func q4KDot4AVX512(row *byte, nb int, q *[4]*int8, d *[4]*float32, sums32 *[4]*int16, lanes *[4][8]float32, mins *[4]float32)
 
 //go:noescape
-func q4KDot8AVX512(row *byte, nb int, q *[8]*int8, d *[8]*float32, sums32 *[8]*int16, lanes *[8][8]float32, mins *[8]float32)
+func q4KTiles8AVX512(row *byte, nb int, acts *Act, tiles int, out *float32)
 
 //go:noescape
 func q6KDot4AVX512(row *byte, nb int, q *[4]*int8, d *[4]*float32, lanes *[4][8]float32)
 
 //go:noescape
-func q6KDot8AVX512(row *byte, nb int, q *[8]*int8, d *[8]*float32, lanes *[8][8]float32)
+func q6KTiles8AVX512(row *byte, nb int, acts *Act, tiles int, out *float32)
 
 // haveTilesAVX512 selects the AVX-512 prefill tiles (ktile512_amd64.s:
 // byte permutes from VBMI, VPDPWSSD from VNNI, Y16-Y23 from VL); a
@@ -64,12 +64,30 @@ func kTiles(row []byte, acts []Act, out []float32) int {
 	default:
 		return 0
 	}
+	i := 0
+	if haveTilesAVX512 {
+		// The AVX-512 tiles of eight take the whole row's leading run
+		// of ready activations in one call, reading their slices from
+		// the Act structs and writing the final sums.
+		ready := 0
+		for ready < len(acts) && kTileReady(&acts[ready], t, nb) {
+			ready++
+		}
+		if tiles := ready / 8; tiles > 0 {
+			_ = out[tiles*8-1]
+			if t == gguf.Q4_K {
+				q4KTiles8AVX512(&row[0], nb, &acts[0], tiles, &out[0])
+			} else {
+				q6KTiles8AVX512(&row[0], nb, &acts[0], tiles, &out[0])
+			}
+			i = tiles * 8
+		}
+	}
 	var q [8]*int8
 	var d [8]*float32
 	var sums [8]*int16
 	var lanes [8][8]float32
 	var mins [8]float32
-	i := 0
 	for i+4 <= len(acts) {
 		n := 4
 		if i+8 <= len(acts) {
@@ -77,23 +95,19 @@ func kTiles(row []byte, acts []Act, out []float32) int {
 		}
 		for k := range n {
 			a := &acts[i+k]
-			if a.Type != t || len(a.D) != nb || len(a.QT) != nb*QKK || len(a.Sums32) != nb*8 {
+			if !kTileReady(a, t, nb) {
 				return i
 			}
 			q[k], d[k], sums[k] = &a.QT[0], &a.D[0], &a.Sums32[0]
 		}
 		q4, d4, sums4, lanes4, mins4 := (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]*int16)(sums[:4]), (*[4][8]float32)(lanes[:4]), (*[4]float32)(mins[:4])
 		switch {
-		case t == gguf.Q4_K && n == 8 && haveTilesAVX512:
-			q4KDot8AVX512(&row[0], nb, &q, &d, &sums, &lanes, &mins)
 		case t == gguf.Q4_K && n == 8:
 			q4KDot8AVX2(&row[0], nb, &q, &d, &sums, &lanes, &mins)
 		case t == gguf.Q4_K && haveTilesAVX512:
 			q4KDot4AVX512(&row[0], nb, q4, d4, sums4, lanes4, mins4)
 		case t == gguf.Q4_K:
 			q4KDot4AVX2(&row[0], nb, q4, d4, sums4, lanes4, mins4)
-		case n == 8 && haveTilesAVX512:
-			q6KDot8AVX512(&row[0], nb, &q, &d, &lanes)
 		case n == 8:
 			q6KDot8AVX2(&row[0], nb, &q, &d, &lanes)
 		case haveTilesAVX512:
@@ -105,6 +119,12 @@ func kTiles(row []byte, acts []Act, out []float32) int {
 		i += n
 	}
 	return i
+}
+
+// kTileReady reports whether a was prepared like a tile's activations
+// must be: for type t, nb super-blocks, with the tile order.
+func kTileReady(a *Act, t gguf.Type, nb int) bool {
+	return a.Type == t && len(a.D) == nb && len(a.QT) == nb*QKK && len(a.Sums32) == nb*8
 }
 
 // addLanes sets out[k] to start[k] plus activation k's eight lanes in
