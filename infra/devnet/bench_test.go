@@ -109,36 +109,74 @@ func benchClient(streams int) *http.Client {
 	return &http.Client{Transport: t}
 }
 
+// times gathers the streams' first-token and per-token latencies.
+type times struct {
+	mu             sync.Mutex
+	ttft, perToken []time.Duration
+}
+
+// stream runs one streaming request and records its times; false (the
+// benchmark failed) when it did not complete.
+func (g *times) stream(b *testing.B, client *http.Client, url, key string, tokens int, interval time.Duration) bool {
+	ts, err := streamTimes(client, url, key, tokens, interval)
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ttft = append(g.ttft, ts[0])
+	g.perToken = append(g.perToken, ts[1:]...)
+	return true
+}
+
 // measure runs rounds of `streams` concurrent requests against url and
 // returns first-token and per-token latencies.
 func measure(b *testing.B, client *http.Client, url, key string, streams, tokens int, interval time.Duration) (ttft, perToken []time.Duration, elapsed time.Duration) {
-	var mu sync.Mutex
+	var g times
 	start := time.Now()
 	for range b.N {
 		var wg sync.WaitGroup
 		for range streams {
-			wg.Go(func() {
-				ts, err := streamTimes(client, url, key, tokens, interval)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				mu.Lock()
-				ttft = append(ttft, ts[0])
-				perToken = append(perToken, ts[1:]...)
-				mu.Unlock()
-			})
+			wg.Go(func() { g.stream(b, client, url, key, tokens, interval) })
 		}
 		wg.Wait()
 	}
-	return ttft, perToken, time.Since(start)
+	return g.ttft, g.perToken, time.Since(start)
+}
+
+// measureSteady is measure at a steady concurrency: each of streams
+// clients runs b.N requests back to back, the clients' starts spread evenly
+// over one stream's length (tokens × interval), so about streams requests
+// are in flight at any moment and arrivals are spread out instead of all
+// coming at once.
+func measureSteady(b *testing.B, client *http.Client, url, key string, streams, tokens int, interval time.Duration) (ttft, perToken []time.Duration, elapsed time.Duration) {
+	var g times
+	var wg sync.WaitGroup
+	start := time.Now()
+	span := time.Duration(tokens) * interval
+	for k := range streams {
+		wg.Go(func() {
+			time.Sleep(span * time.Duration(k) / time.Duration(streams))
+			for range b.N {
+				if !g.stream(b, client, url, key, tokens, interval) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return g.ttft, g.perToken, time.Since(start)
 }
 
 // BenchmarkAddedLatency measures what the whole local path (gateway →
 // relay → workerd → backend → workerd → relay → gateway) adds to a stream,
 // against calling the same backend directly, at 1 and 200 concurrent
 // streams; the relayed tokens/s; and the gateway's own CPU time per request
-// and per relayed token.
+// and per relayed token. The 200-stream cases start all their requests at
+// once (a burst: the first tokens queue behind 200 admissions), except
+// "steady", where 200 clients loop with their starts spread over a
+// stream's length, so 200 streams are in flight with arrivals spread out.
 //
 // The gateway (API, relay, relay function, listener, store) runs as a
 // process of its own (gatewayProcess); the load generator, the scripted
@@ -160,13 +198,20 @@ func BenchmarkAddedLatency(b *testing.B) {
 		streams  int
 		tokens   int
 		interval time.Duration
+		steady   bool
 	}{
-		{1, 32, 5 * time.Millisecond},
-		{1, 32, 20 * time.Millisecond}, // 50 tok/s, a typical GPU stream
-		{200, 32, 5 * time.Millisecond},
-		{200, 256, 0},
+		{1, 32, 5 * time.Millisecond, false},
+		{1, 32, 20 * time.Millisecond, false}, // 50 tok/s, a typical GPU stream
+		{200, 32, 5 * time.Millisecond, false},
+		{200, 256, 0, false},
+		{200, 32, 20 * time.Millisecond, true},
 	} {
-		b.Run(fmt.Sprintf("streams=%d/tokens=%d/interval=%s", c.streams, c.tokens, c.interval), func(b *testing.B) {
+		name := fmt.Sprintf("streams=%d/tokens=%d/interval=%s", c.streams, c.tokens, c.interval)
+		run := measure
+		if c.steady {
+			name, run = name+"/steady", measureSteady
+		}
+		b.Run(name, func(b *testing.B) {
 			backendSrv := pacedServer(c.tokens, c.interval)
 			defer backendSrv.Close()
 			b.StopTimer()
@@ -177,9 +222,9 @@ func BenchmarkAddedLatency(b *testing.B) {
 			gw.waitWorkers(b, "paced", c.streams)
 			client := benchClient(c.streams)
 			b.StartTimer()
-			dTTFT, dTok, _ := measure(b, client, backendSrv.URL+"/v1", "", c.streams, c.tokens, c.interval)
+			dTTFT, dTok, _ := run(b, client, backendSrv.URL+"/v1", "", c.streams, c.tokens, c.interval)
 			before := gw.rusage(b)
-			gTTFT, gTok, elapsed := measure(b, client, gw.APIURL, gw.APIKey, c.streams, c.tokens, c.interval)
+			gTTFT, gTok, elapsed := run(b, client, gw.APIURL, gw.APIKey, c.streams, c.tokens, c.interval)
 			cpu := gw.rusage(b) - before
 			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 			relayed := len(gTok) + len(gTTFT)
