@@ -33,11 +33,11 @@ func q8_0Dot4AVX2(row *byte, nb int, q *[4]*int8, d *[4]*float32, out *[4]float3
 func q8_0Dot8AVX2(row *byte, nb int, q *[8]*int8, d *[8]*float32, out *[8]float32)
 
 // q8_0Tiles computes out[i] = Dot(row, &acts[i]) for the leading
-// activations that fill tiles of eight, then of four (each group of four
-// weight blocks loaded and prepared once for the tile), bit for bit, and
-// returns how many it did: 0 without AVX2 or when the row's blocks are
-// not a multiple of four; it stops at an activation prepared for another
-// type or length.
+// activations that fill tiles of sixteen (AVX-512, q8_0Tiles16), then
+// of eight, then of four (each group of weight blocks loaded and
+// prepared once for the tile), bit for bit, and returns how many it
+// did: 0 without AVX2 or when the row's blocks are not a multiple of
+// four; it stops at an activation prepared for another type or length.
 //
 //go:norace
 func q8_0Tiles(row []byte, acts []Act, out []float32) int {
@@ -46,9 +46,9 @@ func q8_0Tiles(row []byte, acts []Act, out []float32) int {
 		return 0
 	}
 	_ = row[nb*34-1]
+	i := q8_0Tiles16(row, nb, acts, out)
 	var q [8]*int8
 	var d [8]*float32
-	i := 0
 	for i+4 <= len(acts) {
 		n := 4
 		if i+8 <= len(acts) {

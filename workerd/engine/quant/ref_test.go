@@ -202,23 +202,23 @@ func TestFloatDotsAnyLength(t *testing.T) {
 }
 
 // TestDotTileIsDot: the tiled products give each activation exactly the
-// bits of its own Dot, for every type, batch sizes 1 to 9 (whole tiles
-// of four and remainders) and rows of several lengths (Q8_0: block
-// counts that are and are not multiples of four; F32/F16: lengths that
-// are not multiples of the vector width) — the batch-size independence
-// speculative decoding relies on.
+// bits of its own Dot, for every type, batch sizes 1 to 17 (whole tiles
+// of sixteen, eight and four, and remainders) and rows of several
+// lengths (Q8_0: block counts that are and are not multiples of four
+// and of eight; F32/F16: lengths that are not multiples of the vector
+// width) — the batch-size independence speculative decoding relies on.
 func TestDotTileIsDot(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	lengths := map[gguf.Type][]int{
 		gguf.F32:  {16, 100, 256, 1037},
 		gguf.F16:  {16, 100, 256, 1037},
-		gguf.Q8_0: {32, 128, 160, 384, 416},
+		gguf.Q8_0: {32, 128, 160, 256, 384, 416, 1024},
 		gguf.Q4_K: {256, 512, 768, 1280},
 		gguf.Q6_K: {256, 512, 768, 1280},
 	}
 	for _, typ := range []gguf.Type{gguf.F32, gguf.F16, gguf.Q8_0, gguf.Q4_K, gguf.Q6_K} {
 		for _, n := range lengths[typ] {
-			for batch := 1; batch <= 9; batch++ {
+			for batch := 1; batch <= 17; batch++ {
 				row := randomRow(r, typ, n)
 				if typ == gguf.Q8_0 && batch%2 == 0 {
 					row[2] = 0x80 // a weight of -128
