@@ -8,47 +8,59 @@
 // [-127, 127], so negating it cannot overflow; |w| of -128 reads as
 // 128 unsigned): two blocks per 512-bit register, four registers per
 // group, each dword four products (at most 4·128·127, no overflow).
-// Q8FOLD reduces the four registers to the group's eight block sums in
-// block order. Their terms float32(sumi)·(dw·dx) are then eight float32
-// lanes per activation, and Q8ADD16 transposes the sixteen activations'
-// terms so that each block's sixteen terms are one register, added to
-// the sixteen sums (one lane per activation) block after block: every
-// sum gets dotQ8_0's float operations in dotQ8_0's order.
+// Q8QUARTERS and Q8FOLD2 reduce the four registers to the group's
+// eight block sums in block order, two activations at a time. Their
+// terms float32(sumi)·(dw·dx) are then eight float32 lanes per
+// activation, and Q8ADD16 transposes the sixteen activations' terms so
+// that each block's sixteen terms are one register, added to the
+// sixteen sums (one lane per activation) block after block: every sum
+// gets dotQ8_0's float operations in dotQ8_0's order.
 
-// q8Fold (VPERMD) takes Q8FOLD's block sums (blocks 0, 2, 4, 6 in
-// dwords 0-3, blocks 1, 3, 5, 7 in dwords 8-11) to block order.
-DATA q8Fold<>+0(SB)/8, $0x0000000800000000
-DATA q8Fold<>+8(SB)/8, $0x0000000900000001
-DATA q8Fold<>+16(SB)/8, $0x0000000a00000002
-DATA q8Fold<>+24(SB)/8, $0x0000000b00000003
-DATA q8Fold<>+32(SB)/8, $0x0000000800000000
-DATA q8Fold<>+40(SB)/8, $0x0000000900000001
-DATA q8Fold<>+48(SB)/8, $0x0000000a00000002
-DATA q8Fold<>+56(SB)/8, $0x0000000b00000003
+// q8Fold (VPERMD) takes Q8FOLD2's block sums (in dwords 0-3 the first
+// activation's blocks 0, 2, 4, 6, in 4-7 its blocks 1, 3, 5, 7, in
+// 8-15 the second's likewise) to block order, the first activation's
+// eight in the low half.
+DATA q8Fold<>+0(SB)/8, $0x0000000400000000
+DATA q8Fold<>+8(SB)/8, $0x0000000500000001
+DATA q8Fold<>+16(SB)/8, $0x0000000600000002
+DATA q8Fold<>+24(SB)/8, $0x0000000700000003
+DATA q8Fold<>+32(SB)/8, $0x0000000c00000008
+DATA q8Fold<>+40(SB)/8, $0x0000000d00000009
+DATA q8Fold<>+48(SB)/8, $0x0000000e0000000a
+DATA q8Fold<>+56(SB)/8, $0x0000000f0000000b
 GLOBL q8Fold<>(SB), RODATA|NOPTR, $64
 
-// Q8FOLD adds up each block's eight dwords: Z4 holds blocks 0 and 1
-// (dwords 0-7, 8-15), Z5 blocks 2 and 3, Z6 4 and 5, Z7 6 and 7. Two
-// rounds of pairwise sums within 128-bit lanes leave lane L of Z4 with
-// the four registers' quarter-sums of lane L; adding lanes 0+1 and 2+3
-// completes the even and the odd blocks, and VPERMD by Z29 (q8Fold)
-// puts the eight sums in block order in Y4. Exact; uses Z8.
-#define Q8FOLD \
-	VSHUFPS $0x88, Z5, Z4, Z8 \
-	VSHUFPS $0xDD, Z5, Z4, Z4 \
-	VPADDD Z8, Z4, Z4 \
-	VSHUFPS $0x88, Z7, Z6, Z8 \
-	VSHUFPS $0xDD, Z7, Z6, Z6 \
-	VPADDD Z8, Z6, Z6 \
-	VSHUFPS $0x88, Z6, Z4, Z8 \
-	VSHUFPS $0xDD, Z6, Z4, Z4 \
-	VPADDD Z8, Z4, Z4 \
-	VSHUFI32X4 $0xB1, Z4, Z4, Z8 \
-	VPADDD Z8, Z4, Z4 \
+// Q8QUARTERS adds up each block's dwords within 128-bit lanes: a holds
+// blocks 0 and 1 of a group (dwords 0-7, 8-15), b blocks 2 and 3, c 4
+// and 5, d 6 and 7. Two rounds of pairwise sums leave lane L of a with
+// the four registers' sums of their lane L: lanes 0 and 1 the halves of
+// blocks 0, 2, 4, 6, lanes 2 and 3 those of blocks 1, 3, 5, 7. Exact;
+// uses t.
+#define Q8QUARTERS(a, b, c, d, t) \
+	VSHUFPS $0x88, b, a, t \
+	VSHUFPS $0xDD, b, a, a \
+	VPADDD t, a, a \
+	VSHUFPS $0x88, d, c, t \
+	VSHUFPS $0xDD, d, c, c \
+	VPADDD t, c, c \
+	VSHUFPS $0x88, c, a, t \
+	VSHUFPS $0xDD, c, a, a \
+	VPADDD t, a, a
+
+// Q8FOLD2 completes two activations' block sums from their quarters
+// (Z4, Z12): lanes 0+1 and 2+3 of each added, then VPERMD by Z29
+// (q8Fold) leaves Z4 with the first activation's eight sums in block
+// order in the low half and the second's in the high half. Exact; uses
+// Z20 and Z21.
+#define Q8FOLD2 \
+	VSHUFI32X4 $0x88, Z12, Z4, Z20 \
+	VSHUFI32X4 $0xDD, Z12, Z4, Z21 \
+	VPADDD Z21, Z20, Z4 \
 	VPERMD Z4, Z29, Z4
 
 // Q8SCALES converts the eight F16 weight scales of the group at base
-// (34 bytes apart) to float32 in Y15 (all eight words of X15 replaced).
+// (34 bytes apart) to float32 in both halves of Z30 (through X15, all
+// eight of its words replaced, and Y15).
 #define Q8SCALES(base) \
 	VPINSRW $0, 0(base), X15, X15 \
 	VPINSRW $1, 34(base), X15, X15 \
@@ -58,7 +70,8 @@ GLOBL q8Fold<>(SB), RODATA|NOPTR, $64
 	VPINSRW $5, 170(base), X15, X15 \
 	VPINSRW $6, 204(base), X15, X15 \
 	VPINSRW $7, 238(base), X15, X15 \
-	VCVTPH2PS X15, Y15
+	VCVTPH2PS X15, Y15 \
+	VINSERTF64X4 $1, Y15, Z15, Z30
 
 // Q8ADD16 adds sixteen activations' terms, eight blocks each
 // (activation k's at 32k(R13), block b in lane b), to their sums in Z31, block 0's sixteen
@@ -125,35 +138,47 @@ GLOBL q8Fold<>(SB), RODATA|NOPTR, $64
 	VPMOVB2M zw, kw \
 	VPABSB zw, zw
 
-// Q8TACT is activation k of the tile: its group of 256 quants (at DI in
-// the array its pointer, 8k(R10), points to) signed by the weights (K1-K4)
-// and multiplied with the magnitudes Z16-Z19, folded, then its eight
-// terms float32(sumi)·(dw·dx) (dw in Y15, dx at BX in its scales, whose
-// pointer is 8k(R11)) stored at 32k(SP).
-#define Q8TACT(k) \
+// Q8TINT is activation k's integer part: its group of 256 quants (at DI
+// in the array its pointer, 8k(R10), points to) signed by the weights
+// (K1-K4) into x0-x3 and multiplied with the magnitudes Z16-Z19 into
+// the dword partials a0-a3 (blocks 0-1, 2-3, 4-5, 6-7).
+#define Q8TINT(k, x0, x1, x2, x3, a0, a1, a2, a3) \
 	MOVQ (8*k)(R10), R12 \
-	VMOVDQU64 0(R12)(DI*1), Z0 \
-	VMOVDQU64 64(R12)(DI*1), Z1 \
-	VMOVDQU64 128(R12)(DI*1), Z2 \
-	VMOVDQU64 192(R12)(DI*1), Z3 \
-	VPSUBB Z0, Z28, K1, Z0 \
-	VPSUBB Z1, Z28, K2, Z1 \
-	VPSUBB Z2, Z28, K3, Z2 \
-	VPSUBB Z3, Z28, K4, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7 \
-	VPDPBUSD Z0, Z16, Z4 \
-	VPDPBUSD Z1, Z17, Z5 \
-	VPDPBUSD Z2, Z18, Z6 \
-	VPDPBUSD Z3, Z19, Z7 \
-	Q8FOLD \
-	VCVTDQ2PS Y4, Y4 \
+	VMOVDQU64 0(R12)(DI*1), x0 \
+	VMOVDQU64 64(R12)(DI*1), x1 \
+	VMOVDQU64 128(R12)(DI*1), x2 \
+	VMOVDQU64 192(R12)(DI*1), x3 \
+	VPSUBB x0, Z28, K1, x0 \
+	VPSUBB x1, Z28, K2, x1 \
+	VPSUBB x2, Z28, K3, x2 \
+	VPSUBB x3, Z28, K4, x3 \
+	VPXORD a0, a0, a0 \
+	VPXORD a1, a1, a1 \
+	VPXORD a2, a2, a2 \
+	VPXORD a3, a3, a3 \
+	VPDPBUSD x0, Z16, a0 \
+	VPDPBUSD x1, Z17, a1 \
+	VPDPBUSD x2, Z18, a2 \
+	VPDPBUSD x3, Z19, a3
+
+// Q8TACT2 is activations k and k1 = k+1 of the tile: their block sums
+// (Q8TINT, Q8QUARTERS, Q8FOLD2), then their eight terms each,
+// float32(sumi)·(dw·dx), dw in Z30 and dx at BX in the scales whose
+// pointers are 8k(R11) and 8k1(R11), stored at 32k(SP) and 32k1(SP).
+#define Q8TACT2(k, k1) \
+	Q8TINT(k, Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	Q8TINT(k1, Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
+	Q8QUARTERS(Z4, Z5, Z6, Z7, Z20) \
+	Q8QUARTERS(Z12, Z13, Z14, Z15, Z21) \
+	Q8FOLD2 \
+	VCVTDQ2PS Z4, Z4 \
 	MOVQ (8*k)(R11), R12 \
-	VMULPS (R12)(BX*1), Y15, Y5 \
-	VMULPS Y5, Y4, Y4 \
-	VMOVUPS Y4, (32*k)(SP)
+	VMOVUPS (R12)(BX*1), Y5 \
+	MOVQ (8*k1)(R11), R12 \
+	VINSERTF64X4 $1, (R12)(BX*1), Z5, Z5 \
+	VMULPS Z30, Z5, Z5 \
+	VMULPS Z5, Z4, Z4 \
+	VMOVUPS Z4, (32*k)(SP)
 
 // func q8_0Tile16AVX512(row *byte, nb int, q *[16]*int8, d *[16]*float32, out *[16]float32)
 //
@@ -179,22 +204,14 @@ q8tile16:
 	Q8WPAIR(SI, 2, Z18, K3)
 	Q8WPAIR(SI, 3, Z19, K4)
 	Q8SCALES(SI)
-	Q8TACT(0)
-	Q8TACT(1)
-	Q8TACT(2)
-	Q8TACT(3)
-	Q8TACT(4)
-	Q8TACT(5)
-	Q8TACT(6)
-	Q8TACT(7)
-	Q8TACT(8)
-	Q8TACT(9)
-	Q8TACT(10)
-	Q8TACT(11)
-	Q8TACT(12)
-	Q8TACT(13)
-	Q8TACT(14)
-	Q8TACT(15)
+	Q8TACT2(0, 1)
+	Q8TACT2(2, 3)
+	Q8TACT2(4, 5)
+	Q8TACT2(6, 7)
+	Q8TACT2(8, 9)
+	Q8TACT2(10, 11)
+	Q8TACT2(12, 13)
+	Q8TACT2(14, 15)
 	MOVQ SP, R13
 	Q8ADD16
 	ADDQ $272, SI
