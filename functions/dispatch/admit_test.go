@@ -34,8 +34,8 @@ func (c *writeCounter) AdmitAssign(ctx context.Context, r store.AdmitRequest, wo
 	return c.Store.AdmitAssign(ctx, r, worker)
 }
 
-// plainStore hides AdmitAssign: a store that cannot do both in one write
-// (DynamoDB).
+// plainStore hides AdmitAssign: a store that cannot admit and assign in
+// one write (the interface is optional).
 type plainStore struct{ *writeCounter }
 
 func (plainStore) AdmitAssign() {}
@@ -113,7 +113,8 @@ func TestAdmitAssignsInOneWrite(t *testing.T) {
 	writes(1, 0, 0)
 
 	// A worker listed here but taken elsewhere: AdmitAssign finds it
-	// busy, the job is admitted queued, and the worker leaves the list.
+	// busy and the job is admitted queued; the Assign that follows loses
+	// its claim on the worker, which leaves the list.
 	register(d, "w2")
 	other := New(st, nopPoster{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if _, ok, err := other.Assign(ctx, adm.Job); err != nil || !ok {
@@ -126,9 +127,44 @@ func TestAdmitAssignsInOneWrite(t *testing.T) {
 		t.Fatalf("worker taken elsewhere: job is %s, want queued", adm.Job.State)
 	}
 	writes(0, 0, 1)
-	if ws, _ := d.idle.take("m", now); len(ws) != 0 {
-		t.Fatalf("idle list after the lost worker: %v, want empty", ws)
+	if _, ok, err := d.Assign(ctx, adm.Job); err != nil || ok {
+		t.Fatalf("Assign with every worker busy: ok %v, err %v", ok, err)
 	}
+	if ws, _ := d.idle.take("m", now); len(ws) != 0 {
+		t.Fatalf("idle list after the lost claim: %v, want empty", ws)
+	}
+	st.assigns.Store(0)
+
+	// Only an eligible worker is claimed at admission: not a quarantined
+	// one for a real job, only the target for a targeted canary, only
+	// one that has what the job needs.
+	register(d, "wq")
+	d.Judged("wq", store.StandingQuarantined, 1)
+	adm, err = d.Admit(ctx, req("j4b"))
+	must(err)
+	if adm.Job.State != store.JobQueued {
+		t.Fatalf("quarantined worker: job is %s on %q, want queued", adm.Job.State, adm.Job.Worker)
+	}
+	writes(1, 0, 0)
+	register(d, "wt")
+	tools := req("j4c")
+	tools.Job.Needs.Tools = true
+	adm, err = d.Admit(ctx, tools)
+	must(err)
+	if adm.Job.State != store.JobQueued {
+		t.Fatalf("a job needing tools: on %q, want queued (no worker has tools)", adm.Job.Worker)
+	}
+	writes(1, 0, 0)
+	register(d, "wu")
+	canary := req("j4d")
+	canary.Job.Canary, canary.Job.Target = true, "wq"
+	canary.Limit = 1000
+	adm, err = d.Admit(ctx, canary)
+	must(err)
+	if adm.Job.State != store.JobAssigned || adm.Job.Worker != "wq" {
+		t.Fatalf("canary aimed at wq: job %s on %q, want assigned to wq", adm.Job.State, adm.Job.Worker)
+	}
+	writes(0, 0, 1)
 
 	// A store that cannot admit and assign in one write: plain Admit,
 	// then Assign, even with a worker listed.
@@ -140,19 +176,18 @@ func TestAdmitAssignsInOneWrite(t *testing.T) {
 	if adm.Job.State != store.JobQueued {
 		t.Fatalf("plain store: job is %s, want queued", adm.Job.State)
 	}
-	if j, ok, err := p.Assign(ctx, adm.Job); err != nil || !ok || j.Worker != "w3" {
+	if j, ok, err := p.Assign(ctx, adm.Job); err != nil || !ok || j.State != store.JobAssigned {
 		t.Fatalf("plain store's Assign: %+v, ok %v, err %v", j, ok, err)
 	}
 	writes(1, 1, 0)
 
 	// A refused admission writes nothing and leaves the worker listed.
-	register(d, "w4")
 	broke := req("j6")
 	broke.Job.Price = 1000
 	if _, err := d.Admit(ctx, broke); err == nil {
 		t.Fatal("an admission the account cannot pay went through")
 	}
-	if ws, _ := d.idle.take("m", now); len(ws) != 1 || ws[0].Conn != "w4" {
-		t.Fatalf("idle list after a refused admission: %v, want w4", ws)
+	if ws, _ := d.idle.take("m", now); len(ws) != 2 {
+		t.Fatalf("idle list after a refused admission: %v, want wt and wu", ws)
 	}
 }

@@ -163,21 +163,28 @@ func (d *Dispatcher) Assign(ctx context.Context, job store.Job, exclude ...strin
 }
 
 // AdmitAssigner is a store that can admit a job and assign it to a worker
-// in one write (the embedded store: store/embedded.Store.AdmitAssign).
-// assigned is false, with the job admitted and queued, when that worker
-// cannot take it.
+// in one write (both stores: store/embedded.Store.AdmitAssign,
+// store/dynamo.Store.AdmitAssign). Its errors are Admit's; assigned is
+// false, with the job admitted queued, when that worker could not take it
+// (or the store did not try).
 type AdmitAssigner interface {
 	AdmitAssign(ctx context.Context, r store.AdmitRequest, worker string) (adm store.Admission, assigned bool, err error)
 }
 
+// idleReadTimeout bounds the idle-list read Admit makes when its list is
+// stale: the read only saves a round trip, and must not eat the time the
+// admission's own write has.
+const idleReadTimeout = time.Second
+
 // Admit admits r.Job (Store.Admit) and, when the store is an AdmitAssigner
 // and this dispatcher's idle list (cached, or read now if stale: see
-// idleTTL) has an eligible worker, assigns it
-// to that worker, chosen as Assign chooses, in the same write: the job
-// returned is then JobAssigned, and the request's path pays one store write
-// instead of two. Otherwise, or when that worker was just taken elsewhere,
-// the job is admitted queued, as by Store.Admit, and Assign claims it next.
-// Errors are the admission's (nothing is written then).
+// idleTTL) has an eligible worker, assigns it to that worker, chosen as
+// Assign chooses, in the same write: the job returned is then JobAssigned,
+// and the request's path pays one store write instead of two. Otherwise,
+// or when that worker was just taken elsewhere, the job is admitted
+// queued, as by Store.Admit, and Assign claims it next (a worker that was
+// taken costs that Assign a lost claim, which drops it from the list).
+// Errors are the admission's.
 func (d *Dispatcher) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
 	aa, ok := d.store.(AdmitAssigner)
 	if !ok {
@@ -186,8 +193,11 @@ func (d *Dispatcher) Admit(ctx context.Context, r store.AdmitRequest) (store.Adm
 	cached, gen := d.idle.take(r.Job.Model, d.now())
 	if cached == nil {
 		// No fresh list: read one, as the Assign that would follow does.
-		// A failed read leaves the job to that Assign, which reports it.
-		if ws, err := d.store.IdleWorkers(ctx, r.Job.Model); err == nil {
+		// A failed or slow read leaves the job to that Assign.
+		readCtx, cancel := context.WithTimeout(ctx, idleReadTimeout)
+		ws, err := d.store.IdleWorkers(readCtx, r.Job.Model)
+		cancel()
+		if err == nil {
 			d.idle.set(r.Job.Model, ws, d.now())
 			cached, gen = d.idle.take(r.Job.Model, d.now())
 		}
@@ -198,10 +208,8 @@ func (d *Dispatcher) Admit(ctx context.Context, r store.AdmitRequest) (store.Adm
 	}
 	w := workers[d.choose(workers)]
 	adm, assigned, err := aa.AdmitAssign(ctx, r, w.Conn)
-	if err == nil {
-		// The job is new: a worker that could not take it was taken
-		// (or left) meanwhile.
-		d.idle.drop(w, assigned, gen)
+	if err == nil && assigned {
+		d.idle.drop(w, true, gen)
 	}
 	return adm, err
 }

@@ -69,11 +69,9 @@ func TestHotPathRoundTrips(t *testing.T) {
 	want := maps.Clone(hot)
 	maps.Copy(want, background)
 	// Two warm requests in a row must count exactly that. On a loaded
-	// machine a background dispatch can still overlap the next request
-	// (it reads the queue, finds the next job, and spends a claim and a
-	// job read losing it to the request's own Assign): that is off the
-	// request's path, but lands in its count, so a pair is tried again,
-	// up to five times; every try is logged.
+	// machine a background dispatch can still overlap the next request:
+	// that is off the request's path, but lands in its count, so a pair
+	// is tried again, up to five times; every try is logged.
 	for try := 1; ; try++ {
 		exact := true
 		for i := range 2 {

@@ -53,27 +53,65 @@ const (
 // several do. The limits themselves are exact either way: they are
 // conditions of the write.
 func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admission, error) {
-	fail := func(err error) (store.Admission, error) {
-		return store.Admission{}, fmt.Errorf("dynamo: admit job %s: %w", r.Job.ID, err)
+	adm, _, err := s.admit(ctx, r, "")
+	return adm, err
+}
+
+// AdmitAssign is Admit and Assign of the admitted job to worker conn in one
+// transaction: the request path's one round trip when a worker is idle at
+// admission (dispatch.AdmitAssigner). Its refusals are Admit's, and a stale
+// hint is corrected and tried again as Admit does. If only the worker's
+// claim fails (the worker taken, gone or changed), or this process does not
+// know the worker (its idle list came from elsewhere), the job is admitted
+// queued, as by Admit, and assigned is false. The job is counted neither
+// into the queue nor out of it (Admit's +1 and Assign's -1).
+func (s *Store) AdmitAssign(ctx context.Context, r store.AdmitRequest, conn string) (adm store.Admission, assigned bool, err error) {
+	return s.admit(ctx, r, conn)
+}
+
+// admit is Admit, with the claim of worker conn in the same transaction
+// when conn is known here (AdmitAssign).
+func (s *Store) admit(ctx context.Context, r store.AdmitRequest, conn string) (store.Admission, bool, error) {
+	if r.Job.ID == "" {
+		return store.Admission{}, false, errors.New("dynamo: admit: empty job id")
+	}
+	fail := func(err error) (store.Admission, bool, error) {
+		return store.Admission{}, false, fmt.Errorf("dynamo: admit job %s: %w", r.Job.ID, err)
 	}
 	a, err := s.newAdmission(ctx, r)
 	if err != nil {
 		return fail(err)
 	}
+	var who workerIdentity
+	claim := false
+	if conn != "" {
+		who, claim = s.hints.worker(conn)
+	}
 	for try := 0; ; try++ {
+		if claim {
+			a.job.State, a.job.Worker, a.job.WorkerAccount, a.job.WorkerPubkey, a.job.Attempts = store.JobAssigned, conn, who.account, who.pubkey, 1
+		} else {
+			a.job.State, a.job.Worker, a.job.WorkerAccount, a.job.WorkerPubkey, a.job.Attempts = store.JobQueued, "", "", "", 0
+		}
 		items, err := a.items(s)
 		if err != nil {
 			return fail(err)
 		}
-		// Queued: counted in the same write, after the items above, whose
-		// indexes the cancellation reasons follow.
-		err = s.transact(ctx, append(items, s.queueCountItem(a.job, 1)))
+		// Last, after the items above (whose indexes the cancellation
+		// reasons follow): the worker's claim, or, queued, the count.
+		claimAt := len(items)
+		if claim {
+			items = append(items, s.claimWorkerItem(conn, a.job, who))
+		} else {
+			items = append(items, s.queueCountItem(a.job, 1))
+		}
+		err = s.transact(ctx, items)
 		var tf *txFailed
 		if !errors.As(err, &tf) {
 			if err != nil {
 				return fail(err)
 			}
-			return a.done(s), nil
+			return a.done(s), claim, nil
 		}
 		switch {
 		case tf.failed(admitKey):
@@ -122,46 +160,21 @@ func (s *Store) Admit(ctx context.Context, r store.AdmitRequest) (store.Admissio
 			if try >= maxStaleRetries {
 				return fail(fmt.Errorf("account %s keeps changing: %w", a.accountID, store.ErrConflict))
 			}
+		case claim && tf.failed(claimAt):
+			// Only the worker's condition failed: it was taken, left or
+			// is not what this process knew. The job is admitted queued;
+			// what the worker is now is remembered for the next claim.
+			if old := tf.old(claimAt); old != nil {
+				var it workerItem
+				if err := unmarshal(old, &it); err == nil {
+					s.hints.setWorker(it.worker())
+				}
+			}
+			claim = false
 		default:
 			return fail(tf)
 		}
 	}
-}
-
-// AdmitAssign is Admit and Assign of the admitted job to worker conn in one
-// transaction: the request path's one round trip when a worker is idle at
-// admission (dispatch.AdmitAssigner). It tries the combined write once,
-// from what this process knows of the key, the account and the worker; if
-// any condition fails (the worker taken or gone, a refusal, a stale hint)
-// or the worker is unknown here, it falls back to Admit, which sorts
-// those out and queues the job, and assigned is false. The job is counted
-// neither into the queue nor out of it (Admit's +1 and Assign's -1).
-func (s *Store) AdmitAssign(ctx context.Context, r store.AdmitRequest, conn string) (adm store.Admission, assigned bool, err error) {
-	who, ok := s.hints.worker(conn)
-	if !ok {
-		adm, err = s.Admit(ctx, r)
-		return adm, false, err
-	}
-	a, err := s.newAdmission(ctx, r)
-	if err != nil {
-		return store.Admission{}, false, fmt.Errorf("dynamo: admit job %s: %w", r.Job.ID, err)
-	}
-	a.job.State, a.job.Worker, a.job.WorkerAccount, a.job.WorkerPubkey = store.JobAssigned, conn, who.account, who.pubkey
-	a.job.Attempts = 1
-	items, err := a.items(s)
-	if err != nil {
-		return store.Admission{}, false, fmt.Errorf("dynamo: admit job %s: %w", r.Job.ID, err)
-	}
-	err = s.transact(ctx, append(items, s.claimWorkerItem(conn, a.job, who)))
-	var tf *txFailed
-	if errors.As(err, &tf) {
-		adm, err = s.Admit(ctx, r)
-		return adm, false, err
-	}
-	if err != nil {
-		return store.Admission{}, false, fmt.Errorf("dynamo: admit job %s on %s: %w", r.Job.ID, conn, err)
-	}
-	return a.done(s), true, nil
 }
 
 // admission is one Admit in the making: the job as it will be stored and
@@ -180,9 +193,6 @@ type admission struct {
 // the key (one read) when r.Job does not name it.
 func (s *Store) newAdmission(ctx context.Context, r store.AdmitRequest) (*admission, error) {
 	in := r.Job
-	if in.ID == "" {
-		return nil, errors.New("empty job id")
-	}
 	if in.Price < 0 {
 		return nil, fmt.Errorf("negative price %d", in.Price)
 	}

@@ -16,8 +16,9 @@
 //   - The index (queued jobs, live workers) is read as a hint: a stale entry
 //     loses its conditional write and the caller moves on; the base table is
 //     the truth.
-//   - The hot path is three round trips per chat request (Admit, Assign,
-//     Complete): each of those writes is built from what the store already
+//   - The hot path is two round trips per chat request when a worker is
+//     idle (AdmitAssign, Complete; Admit and Assign apart when none is):
+//     each of those writes is built from what the store already
 //     knows (the job it admitted, the workers it listed), and conditions
 //     make stale knowledge safe: a failed condition returns the item as it
 //     is (ALL_OLD), the store learns it and tries once more.
