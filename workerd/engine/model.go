@@ -488,9 +488,9 @@ func (m *Model) matmul(sc *scratch, w *Matrix, x [][]float32, out [][]float32) {
 // matmuls computes several products of the same input x (the attention's
 // Q, K and V) in one parallel pass over their rows together, one
 // synchronisation instead of one per matrix.
-// Each weight row is read once for all of x's rows (quant.DotTile): the
-// batch's tile, with every element computed as a batch of one computes
-// it.
+// Each weight row is read once for all of x's rows (quant.DotTile, a
+// worker's block of rows per quant.DotTileRows call): the batch's tile,
+// with every element computed as a batch of one computes it.
 func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
 	if sc == nil {
 		sc = new(scratch)
@@ -514,13 +514,14 @@ func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
 			a, b := max(lo-base, 0), min(hi-base, p.w.Rows)
 			for r := a; r < b; r += resBlock {
 				e := min(r+resBlock, b)
+				rows := p.w.Data[r*p.w.RowBytes : e*p.w.RowBytes]
 				if T == 1 {
 					// Decode: the block's rows in one call (quant.DotRows).
-					quant.DotRows(p.w.Data[r*p.w.RowBytes:e*p.w.RowBytes], p.w.RowBytes, &acts[i][0], res[:e-r])
+					quant.DotRows(rows, p.w.RowBytes, &acts[i][0], res[:e-r])
 				} else {
-					for k := r; k < e; k++ {
-						quant.DotTile(p.w.Row(k), acts[i], res[(k-r)*T:(k-r+1)*T])
-					}
+					// A batch: the block's rows against its tiles in one
+					// call, res[k*T+t] for row r+k (quant.DotTileRows).
+					quant.DotTileRows(rows, p.w.RowBytes, acts[i], res[:(e-r)*T])
 				}
 				copyBlock(p.out, r, e-r, res, T)
 			}
@@ -535,7 +536,7 @@ func (m *Model) matmuls(sc *scratch, x [][]float32, ps ...product) {
 // both matrices and applies the activation to its block from its
 // scratch, so the activation runs on every worker instead of after the
 // pass on one, and the up products are never stored. Each product is
-// DotTile's, as matmuls computes it.
+// DotTile's (DotTileRows'), as matmuls computes it.
 func (m *Model) gatedFFN(sc *scratch, x [][]float32, gate, up *Matrix, out [][]float32) {
 	if sc == nil {
 		sc = new(scratch)
@@ -548,14 +549,13 @@ func (m *Model) gatedFFN(sc *scratch, x [][]float32, gate, up *Matrix, out [][]f
 		rg, ru := sc.res[worker][:resBlock*T], sc.res[worker][resBlock*T:]
 		for r := lo; r < hi; r += resBlock {
 			e := min(r+resBlock, hi)
+			gr, ur := gate.Data[r*gate.RowBytes:e*gate.RowBytes], up.Data[r*up.RowBytes:e*up.RowBytes]
 			if T == 1 {
-				quant.DotRows(gate.Data[r*gate.RowBytes:e*gate.RowBytes], gate.RowBytes, &ga[0], rg[:e-r])
-				quant.DotRows(up.Data[r*up.RowBytes:e*up.RowBytes], up.RowBytes, &ua[0], ru[:e-r])
+				quant.DotRows(gr, gate.RowBytes, &ga[0], rg[:e-r])
+				quant.DotRows(ur, up.RowBytes, &ua[0], ru[:e-r])
 			} else {
-				for k := r; k < e; k++ {
-					quant.DotTile(gate.Row(k), ga, rg[(k-r)*T:(k-r+1)*T])
-					quant.DotTile(up.Row(k), ua, ru[(k-r)*T:(k-r+1)*T])
-				}
+				quant.DotTileRows(gr, gate.RowBytes, ga, rg[:(e-r)*T])
+				quant.DotTileRows(ur, up.RowBytes, ua, ru[:(e-r)*T])
 			}
 			for t, o := range out[:T] {
 				o = o[r:e]

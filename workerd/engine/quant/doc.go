@@ -23,10 +23,14 @@
 // reduction — and the result — is bit for bit the portable Go kernel's
 // (tests compare them on random blocks). DotTile computes one weight row
 // against a batch's activations, eight (then four) at a time for Q8_0,
-// Q4_K and Q6_K (ktile_amd64.s): each weight block or super-block is
-// unpacked once for the tile, the K-quant activations read in the tile's
-// order (Act.QT), and each result is the bits Dot gives alone (only the
-// exact integer sums are grouped differently). DotRows is decode's
+// Q4_K and Q6_K (ktile_amd64.s; sixteen for Q8_0 and whole runs of
+// eights for the K-quants in one call where the CPU has AVX-512 with
+// VNNI, q8_512_amd64.s and ktile512_amd64.s): each weight block or
+// super-block is unpacked once for the tile, the K-quant activations
+// read in the tile's order (Act.QT), and each result is the bits Dot
+// gives alone (only the exact integer sums are grouped differently).
+// DotTileRows runs DotTile over a block of rows, the activations checked
+// once for all of them. DotRows is decode's
 // counterpart: many weight rows against one activation, for Q4_K and
 // Q6_K all in one assembly call (AVX-512 with VBMI and VNNI where the
 // CPU has them, krows512_amd64.s; else AVX2), each row Dot's bits.

@@ -100,25 +100,109 @@ func kTiles(row []byte, acts []Act, out []float32) int {
 			}
 			q[k], d[k], sums[k] = &a.QT[0], &a.D[0], &a.Sums32[0]
 		}
-		q4, d4, sums4, lanes4, mins4 := (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]*int16)(sums[:4]), (*[4][8]float32)(lanes[:4]), (*[4]float32)(mins[:4])
-		switch {
-		case t == gguf.Q4_K && n == 8:
-			q4KDot8AVX2(&row[0], nb, &q, &d, &sums, &lanes, &mins)
-		case t == gguf.Q4_K && haveTilesAVX512:
-			q4KDot4AVX512(&row[0], nb, q4, d4, sums4, lanes4, mins4)
-		case t == gguf.Q4_K:
-			q4KDot4AVX2(&row[0], nb, q4, d4, sums4, lanes4, mins4)
-		case n == 8:
-			q6KDot8AVX2(&row[0], nb, &q, &d, &lanes)
-		case haveTilesAVX512:
-			q6KDot4AVX512(&row[0], nb, q4, d4, lanes4)
-		default:
-			q6KDot4AVX2(&row[0], nb, q4, d4, lanes4)
-		}
+		kTile(t, n, &row[0], nb, &q, &d, &sums, &lanes, &mins)
 		addLanes(out[i:i+n], mins[:n], lanes[:n])
 		i += n
 	}
 	return i
+}
+
+// kTile runs the Q4_K (t) or Q6_K tile kernel of n activations, eight
+// or the first four of q, d and sums, on a row of nb super-blocks,
+// leaving their lanes and (Q4_K) mins' sums for addLanes.
+func kTile(t gguf.Type, n int, row *byte, nb int, q *[8]*int8, d *[8]*float32, sums *[8]*int16, lanes *[8][8]float32, mins *[8]float32) {
+	q4, d4, sums4, lanes4, mins4 := (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]*int16)(sums[:4]), (*[4][8]float32)(lanes[:4]), (*[4]float32)(mins[:4])
+	switch {
+	case t == gguf.Q4_K && n == 8:
+		q4KDot8AVX2(row, nb, q, d, sums, lanes, mins)
+	case t == gguf.Q4_K && haveTilesAVX512:
+		q4KDot4AVX512(row, nb, q4, d4, sums4, lanes4, mins4)
+	case t == gguf.Q4_K:
+		q4KDot4AVX2(row, nb, q4, d4, sums4, lanes4, mins4)
+	case n == 8:
+		q6KDot8AVX2(row, nb, q, d, lanes)
+	case haveTilesAVX512:
+		q6KDot4AVX512(row, nb, q4, d4, lanes4)
+	default:
+		q6KDot4AVX2(row, nb, q4, d4, lanes4)
+	}
+}
+
+// kTileRows computes out[k*len(acts)+i] = Dot(rows[k*rowBytes:], &acts[i])
+// for every activation and each of len(out)/len(acts) weight rows with
+// the tile kernels kTiles runs, the same kernel for each activation as
+// kTiles gives it, and reports whether it did: not without AVX2, for
+// other types, or unless every activation was prepared like the first
+// for rowBytes-long rows. The activations are checked once for all the
+// rows instead of once per row, and each tile's pointers gathered once.
+//
+//go:norace
+func kTileRows(rows []byte, rowBytes int, acts []Act, out []float32) bool {
+	T := len(acts)
+	if !haveKTiles || T < 4 {
+		return false
+	}
+	t, nb := acts[0].Type, len(acts[0].D)
+	var blockBytes int
+	switch t {
+	case gguf.Q4_K:
+		blockBytes = q4KBytes
+	case gguf.Q6_K:
+		blockBytes = q6KBytes
+	default:
+		return false
+	}
+	if nb == 0 || rowBytes < nb*blockBytes {
+		return false
+	}
+	for i := range acts {
+		if !kTileReady(&acts[i], t, nb) {
+			return false
+		}
+	}
+	n := len(out) / T
+	if n == 0 {
+		return true
+	}
+	_ = rows[(n-1)*rowBytes+nb*blockBytes-1]
+	_ = out[n*T-1]
+	i := 0
+	if tiles := T / 8; haveTilesAVX512 && tiles > 0 {
+		for k := range n {
+			if t == gguf.Q4_K {
+				q4KTiles8AVX512(&rows[k*rowBytes], nb, &acts[0], tiles, &out[k*T])
+			} else {
+				q6KTiles8AVX512(&rows[k*rowBytes], nb, &acts[0], tiles, &out[k*T])
+			}
+		}
+		i = tiles * 8
+	}
+	var q [8]*int8
+	var d [8]*float32
+	var sums [8]*int16
+	var lanes [8][8]float32
+	var mins [8]float32
+	for i+4 <= T {
+		m := 4
+		if i+8 <= T {
+			m = 8
+		}
+		for j := range m {
+			a := &acts[i+j]
+			q[j], d[j], sums[j] = &a.QT[0], &a.D[0], &a.Sums32[0]
+		}
+		for k := range n {
+			kTile(t, m, &rows[k*rowBytes], nb, &q, &d, &sums, &lanes, &mins)
+			addLanes(out[k*T+i:k*T+i+m], mins[:m], lanes[:m])
+		}
+		i += m
+	}
+	for ; i < T; i++ {
+		for k := range n {
+			out[k*T+i] = Dot(rows[k*rowBytes:(k+1)*rowBytes], &acts[i])
+		}
+	}
+	return true
 }
 
 // kTileReady reports whether a was prepared like a tile's activations

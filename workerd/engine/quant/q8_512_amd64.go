@@ -41,3 +41,28 @@ func q8_0Tiles16(row []byte, nb int, acts []Act, out []float32) int {
 	}
 	return i
 }
+
+// q8_0Tile16Rows is q8_0Tiles16 for n weight rows rowBytes apart, out
+// holding each row's len(acts) results in turn: the activations' tiles
+// of sixteen, each tile's pointers gathered once for all the rows. The
+// caller checked every activation and the rows' and out's lengths.
+//
+//go:norace
+func q8_0Tile16Rows(rows []byte, rowBytes, n, nb int, acts []Act, out []float32) int {
+	if !haveQ8AVX512 || nb%8 != 0 {
+		return 0
+	}
+	T := len(acts)
+	var q [16]*int8
+	var d [16]*float32
+	i := 0
+	for ; i+16 <= T; i += 16 {
+		for j := range 16 {
+			q[j], d[j] = &acts[i+j].Q[0], &acts[i+j].D[0]
+		}
+		for k := range n {
+			q8_0Tile16AVX512(&rows[k*rowBytes], nb, &q, &d, (*[16]float32)(out[k*T+i:k*T+i+16]))
+		}
+	}
+	return i
+}

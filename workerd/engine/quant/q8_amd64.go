@@ -71,6 +71,65 @@ func q8_0Tiles(row []byte, acts []Act, out []float32) int {
 	return i
 }
 
+// q8_0TileRows computes out[k*len(acts)+i] = Dot(rows[k*rowBytes:],
+// &acts[i]) for every activation and each of len(out)/len(acts) weight
+// rows with the tile kernels q8_0Tiles runs, the same kernel for each
+// activation as q8_0Tiles gives it, and reports whether it did: not
+// without AVX2, when the rows' blocks are not a multiple of four, or
+// unless every activation was prepared like the first for rowBytes-long
+// rows. The activations are checked and each tile's pointers gathered
+// once for all the rows instead of once per row.
+//
+//go:norace
+func q8_0TileRows(rows []byte, rowBytes int, acts []Act, out []float32) bool {
+	T := len(acts)
+	if !haveAVX2 || T < 4 {
+		return false
+	}
+	nb := len(acts[0].D)
+	if nb == 0 || nb%4 != 0 || rowBytes < nb*34 {
+		return false
+	}
+	for i := range acts {
+		if a := &acts[i]; a.Type != gguf.Q8_0 || len(a.D) != nb || len(a.Q) != nb*QK8_0 {
+			return false
+		}
+	}
+	n := len(out) / T
+	if n == 0 {
+		return true
+	}
+	_ = rows[(n-1)*rowBytes+nb*34-1]
+	_ = out[n*T-1]
+	i := q8_0Tile16Rows(rows, rowBytes, n, nb, acts, out)
+	var q [8]*int8
+	var d [8]*float32
+	for i+4 <= T {
+		m := 4
+		if i+8 <= T {
+			m = 8
+		}
+		for j := range m {
+			q[j], d[j] = &acts[i+j].Q[0], &acts[i+j].D[0]
+		}
+		for k := range n {
+			o := out[k*T+i : k*T+i+m]
+			if m == 8 {
+				q8_0Dot8AVX2(&rows[k*rowBytes], nb, &q, &d, (*[8]float32)(o))
+			} else {
+				q8_0Dot4AVX2(&rows[k*rowBytes], nb, (*[4]*int8)(q[:4]), (*[4]*float32)(d[:4]), (*[4]float32)(o))
+			}
+		}
+		i += m
+	}
+	for ; i < T; i++ {
+		for k := range n {
+			out[k*T+i] = Dot(rows[k*rowBytes:(k+1)*rowBytes], &acts[i])
+		}
+	}
+	return true
+}
+
 //go:noescape
 func q4KDotAVX2(row *byte, q8 *int8, d *float32, sums32 *int16, nb int, lanes *[8]float32) float32
 

@@ -8,6 +8,8 @@ func dotQ8_0Vec(row []byte, a *Act) (float32, bool) { return 0, false }
 
 func q8_0Tiles(row []byte, acts []Act, out []float32) int { return 0 }
 
+func q8_0TileRows(rows []byte, rowBytes int, acts []Act, out []float32) bool { return false }
+
 func q4KVec(row []byte, a *Act, lanes *[8]float32) (float32, bool) { return 0, false }
 
 func q6KVec(row []byte, a *Act, lanes *[8]float32) bool { return false }
@@ -20,6 +22,8 @@ func dotF16Vec(w []uint16, x []float32) (float64, int) { return 0, 0 }
 var haveKTiles = false
 
 func kTiles(row []byte, acts []Act, out []float32) int { return 0 }
+
+func kTileRows(rows []byte, rowBytes int, acts []Act, out []float32) bool { return false }
 
 func quantizeQ8KVec(x []float32, q []int8, d []float32, sums []int16) bool { return false }
 
