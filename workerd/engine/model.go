@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/c0mpute/c0mpute/workerd/engine/expf"
 	"github.com/c0mpute/c0mpute/workerd/engine/gguf"
 	"github.com/c0mpute/c0mpute/workerd/engine/quant"
 )
@@ -557,10 +558,15 @@ func (m *Model) gatedFFN(sc *scratch, x [][]float32, gate, up *Matrix, out [][]f
 				quant.DotTileRows(gr, gate.RowBytes, ga, rg[:(e-r)*T])
 				quant.DotTileRows(ur, up.RowBytes, ua, ru[:(e-r)*T])
 			}
+			// SiLU over the block's gate results at once (expf's vector
+			// exp, bit for bit x / (1 + float32(math.Exp(float64(-x))))),
+			// then the products with up, row by row.
+			g := rg[:(e-r)*T]
+			expf.SiLU(g, g)
 			for t, o := range out[:T] {
 				o = o[r:e]
 				for k := range o {
-					o[k] = float32(silu(rg[k*T+t]) * ru[k*T+t])
+					o[k] = g[k*T+t] * ru[k*T+t]
 				}
 			}
 		}
@@ -646,8 +652,6 @@ func (m *Model) rope(v []float32, heads int, cs []float32) {
 		}
 	}
 }
-
-func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
 
 func rows(flat []float32, n, width int) [][]float32 {
 	out := make([][]float32, n)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/c0mpute/c0mpute/workerd/engine/expf"
 	"github.com/c0mpute/c0mpute/workerd/engine/quant"
 )
 
@@ -269,10 +270,14 @@ func (s *Stage) attention(li int, q [][]float32, out [][]float32) {
 				p[j] = quant.DotF16(K[j*kvd+kh*hd:j*kvd+kh*hd+hd], qh) * scale
 				mx = max(mx, p[j])
 			}
-			var sum float64
+			// p[j] = float32(math.Exp(float64(p[j] - mx))), all n at once
+			// (expf's vector exp, bit for bit), then summed in order.
 			for j := 0; j < n; j++ {
-				e := float32(math.Exp(float64(p[j] - mx)))
-				p[j] = e
+				p[j] -= mx
+			}
+			expf.Exp(p[:n], p[:n])
+			var sum float64
+			for _, e := range p[:n] {
 				sum += float64(e)
 			}
 			inv := float32(1 / sum)
