@@ -162,6 +162,64 @@ func TestKTilesAVX512IsPortable(t *testing.T) {
 	}
 }
 
+// TestKTileRowsIsPortable: DotTileRows on blocks of Q4_K and Q6_K rows
+// gives every row and activation the portable kernel's bits on each tile
+// path (AVX-512, AVX2, none), for rows of 1, 4 and 9 super-blocks (the
+// last padded, as rows of a wider matrix), blocks of 1, 3 and 16 rows and
+// batches of 1 to 33 (up to four tiles of eight, each under all the
+// block's rows, then tiles of four and single activations), on random
+// data and on the extremes (NaNs as in TestKTilesAVX512IsPortable).
+func TestKTileRowsIsPortable(t *testing.T) {
+	vec, vec512 := haveKTiles, haveTilesAVX512
+	defer func() { haveKTiles, haveTilesAVX512 = vec, vec512 }()
+	portable := map[gguf.Type]func([]byte, *Act) float32{
+		gguf.Q4_K: dotQ4KPortable,
+		gguf.Q6_K: dotQ6KPortable,
+	}
+	kernels := tileKernels()
+	r := rand.New(rand.NewPCG(29, 30))
+	for _, typ := range []gguf.Type{gguf.Q4_K, gguf.Q6_K} {
+		for _, nb := range []int{1, 4, 9} {
+			pad := 0
+			if nb == 9 {
+				pad = 7
+			}
+			for _, nrows := range []int{1, 3, 16} {
+				for batch := 1; batch <= 33; batch++ {
+					c := (nb + nrows + batch) % 4
+					rows, rowBytes := blockOfRows(nrows, pad, func() []byte { return extremeKRow(r, typ, nb, c) })
+					xs := make([][]float32, batch)
+					for i := range xs {
+						xs[i] = extremeActivation(r, nb*QKK, (c+i)%4)
+					}
+					for _, k := range kernels {
+						haveKTiles, haveTilesAVX512 = k.vec, k.vec512
+						acts := make([]Act, batch)
+						for i := range acts {
+							acts[i].Prepare(typ, xs[i])
+						}
+						out := make([]float32, nrows*batch)
+						DotTileRows(rows, rowBytes, acts, out)
+						for j := range nrows {
+							row := rows[j*rowBytes : (j+1)*rowBytes]
+							for i := range acts {
+								got, want := out[j*batch+i], portable[typ](row, &acts[i])
+								if c == 3 && math.IsNaN(float64(got)) && math.IsNaN(float64(want)) {
+									continue // NaN payloads: see TestKTilesAVX512IsPortable
+								}
+								if math.Float32bits(got) != math.Float32bits(want) {
+									t.Fatalf("%s nb=%d, %d rows, batch %d, case %d, %s: row %d activation %d: %g (%#x), portable %g (%#x)",
+										typ, nb, nrows, batch, c, k.name, j, i, got, math.Float32bits(got), want, math.Float32bits(want))
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestKTilesAVX512Run: with the AVX-512 tiles the tile kernels take every
 // whole tile of eight and four (TestKTilesAVX512IsPortable would pass
 // through the one-at-a-time fallback too).

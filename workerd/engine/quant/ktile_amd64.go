@@ -167,15 +167,20 @@ func kTileRows(rows []byte, rowBytes int, acts []Act, out []float32) bool {
 	_ = rows[(n-1)*rowBytes+nb*blockBytes-1]
 	_ = out[n*T-1]
 	i := 0
-	if tiles := T / 8; haveTilesAVX512 && tiles > 0 {
-		for k := range n {
-			if t == gguf.Q4_K {
-				q4KTiles8AVX512(&rows[k*rowBytes], nb, &acts[0], tiles, &out[k*T])
-			} else {
-				q6KTiles8AVX512(&rows[k*rowBytes], nb, &acts[0], tiles, &out[k*T])
+	if haveTilesAVX512 {
+		// Tile by tile, each under all the rows: a tile's activations
+		// (8·nb·256 bytes of QT) are read from L1 by every row after the
+		// first, where a row against all the batch's tiles streamed the
+		// whole batch (64·nb·256 bytes) from L2 again for each row.
+		tile8 := q4KTiles8AVX512
+		if t == gguf.Q6_K {
+			tile8 = q6KTiles8AVX512
+		}
+		for ; i+8 <= T; i += 8 {
+			for k := range n {
+				tile8(&rows[k*rowBytes], nb, &acts[i], 1, &out[k*T+i])
 			}
 		}
-		i = tiles * 8
 	}
 	var q [8]*int8
 	var d [8]*float32
