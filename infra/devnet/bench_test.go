@@ -23,10 +23,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
 	"github.com/c0mpute/c0mpute/functions/catalog"
 	"github.com/c0mpute/c0mpute/functions/store"
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/workerd/agent"
+	"github.com/c0mpute/c0mpute/workerd/backend"
+	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 	"github.com/c0mpute/c0mpute/workerd/backend/openaicompat"
 )
 
@@ -239,6 +244,25 @@ func BenchmarkAddedLatency(b *testing.B) {
 	}
 }
 
+// BenchmarkOllamaAddedLatencyProcess is BenchmarkOllamaAddedLatency with
+// the gateway as its own process, as in BenchmarkAddedLatency: its CPU
+// time across the measured pairs (it idles through the direct requests)
+// divided by the gateway's requests and by their tokens.
+func BenchmarkOllamaAddedLatencyProcess(b *testing.B) {
+	srv := sharedOllama(b)
+	gw := startGateway(b, 1, 0)
+	gw.startWorker(b, 0, ollama.New(srv.URL()), map[string]string{tinyModel: tinyModel})
+	gw.waitWorkers(b, tinyModel, 1)
+	via := openai.NewClient(option.WithBaseURL(gw.APIURL+"/"), option.WithAPIKey(gw.APIKey), option.WithMaxRetries(0))
+	var cpu time.Duration
+	tokens := measurePairs(b, srv.URL(), via, func() { cpu = -gw.rusage(b) }, func() { cpu += gw.rusage(b) })
+	us := float64(cpu.Nanoseconds()) / 1e3
+	b.ReportMetric(us/float64(b.N), "gw-cpu-µs/req")
+	if tokens > 0 {
+		b.ReportMetric(us/float64(tokens), "gw-cpu-µs/tok")
+	}
+}
+
 // gatewayEnv names the environment variable that makes TestGatewayProcess
 // the benchmark's gateway.
 const gatewayEnv = "C0MPUTE_BENCH_GATEWAY_PROCESS"
@@ -334,7 +358,7 @@ func (g *gateway) rusage(b *testing.B) time.Duration {
 
 // startWorker runs an in-process workerd on the gateway's k-th worker
 // token's account until the benchmark ends.
-func (g *gateway) startWorker(b *testing.B, k int, be *openaicompat.Backend, models map[string]string) {
+func (g *gateway) startWorker(b *testing.B, k int, be backend.Backend, models map[string]string) {
 	b.Helper()
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -367,7 +391,7 @@ func (g *gateway) waitWorkers(b *testing.B, model string, n int) {
 
 // TestGatewayProcess is the benchmark's gateway process (startGateway); it
 // is skipped unless gatewayEnv is set. It runs a stack on the suite's store
-// with the paced model, writes a gatewayInfo line, then answers commands,
+// with the paced model and the tiny Ollama one, writes a gatewayInfo line, then answers commands,
 // one a line, until its input ends: "rusage" (its CPU time in ns, user
 // plus system, from getrusage) and "idle MODEL" (how many idle workers the
 // store lists).
@@ -389,7 +413,7 @@ func TestGatewayProcess(t *testing.T) {
 	}
 	st := openStore(t)
 	stack, err := devnet.Start(context.Background(), devnet.Config{Store: st, APIAddr: "127.0.0.1:0", RelayAddr: "127.0.0.1:0",
-		Models: []catalog.Model{{ID: "paced", Price: 1}}, Limits: limits, BatchWindow: window, Log: testLog(t),
+		Models: []catalog.Model{{ID: "paced", Price: 1}, {ID: tinyModel, Price: 1}}, Limits: limits, BatchWindow: window, Log: testLog(t),
 		ManualSweep: true, Loopback: os.Getenv("C0MPUTE_BENCH_LOOPBACK") == "1"})
 	if err != nil {
 		t.Fatal(err)
