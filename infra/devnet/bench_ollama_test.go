@@ -54,7 +54,7 @@ func sdkStream(ctx context.Context, client openai.Client, params openai.ChatComp
 // (newEnv); this file needs nothing else, so it runs as is in older
 // checkouts for a before-and-after. BenchmarkOllamaAddedLatencyProcess
 // (bench_test.go) runs the gateway as its own process and reports its
-// CPU. Both skip without an Ollama (C0MPUTE_OLLAMA_BIN); scripts/test
+// CPU. Both skip without an Ollama binary (ollamatest.Binary); scripts/test
 // builds them but does not run them.
 func BenchmarkOllamaAddedLatency(b *testing.B) {
 	limits := devnet.ScriptedLimits()
