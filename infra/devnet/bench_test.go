@@ -31,7 +31,6 @@ import (
 	"github.com/c0mpute/c0mpute/infra/devnet"
 	"github.com/c0mpute/c0mpute/workerd/agent"
 	"github.com/c0mpute/c0mpute/workerd/backend"
-	"github.com/c0mpute/c0mpute/workerd/backend/ollama"
 	"github.com/c0mpute/c0mpute/workerd/backend/openaicompat"
 )
 
@@ -251,7 +250,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 func BenchmarkOllamaAddedLatencyProcess(b *testing.B) {
 	srv := sharedOllama(b)
 	gw := startGateway(b, 1, 0)
-	gw.startWorker(b, 0, ollama.New(srv.URL()), map[string]string{tinyModel: tinyModel})
+	gw.startWorker(b, 0, ollamaBackend(srv), map[string]string{tinyModel: tinyModel})
 	gw.waitWorkers(b, tinyModel, 1)
 	via := openai.NewClient(option.WithBaseURL(gw.APIURL+"/"), option.WithAPIKey(gw.APIKey), option.WithMaxRetries(0))
 	var cpu time.Duration
@@ -391,8 +390,8 @@ func (g *gateway) waitWorkers(b *testing.B, model string, n int) {
 
 // TestGatewayProcess is the benchmark's gateway process (startGateway); it
 // is skipped unless gatewayEnv is set. It runs a stack on the suite's store
-// with the paced model and the tiny Ollama one, writes a gatewayInfo line, then answers commands,
-// one a line, until its input ends: "rusage" (its CPU time in ns, user
+// with the paced model and the tiny Ollama one, writes a gatewayInfo line,
+// then answers commands, one a line, until its input ends: "rusage" (its CPU time in ns, user
 // plus system, from getrusage) and "idle MODEL" (how many idle workers the
 // store lists).
 func TestGatewayProcess(t *testing.T) {
