@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,9 @@ type streamSink struct {
 	// rm counts an error sent as an event (one returned is counted by
 	// the error writer).
 	rm *requestMetrics
+	// head and tail are what surrounds a delta in its event (frame);
+	// buf holds the event being written, reused from one to the next.
+	head, tail, buf []byte
 }
 
 func newStreamSink(w http.ResponseWriter, id, model string, created time.Time, includeUsage bool, rm *requestMetrics) *streamSink {
@@ -111,12 +115,40 @@ func (s *streamSink) write(v any) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 0, len(b)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, b...)
-	buf = append(buf, '\n', '\n')
-	_, err = s.w.Write(buf)
+	s.buf = append(append(append(s.buf[:0], "data: "...), b...), '\n', '\n')
+	_, err = s.w.Write(s.buf)
 	return err
+}
+
+// writeDelta writes the event of one delta, the role's or a token's: what
+// write(s.chunk(d, nil)) writes, byte for byte, but built in place for a
+// delta without tool calls (every token of a plain reply) instead of
+// marshalled, so a relayed token costs no reflection and no allocation.
+func (s *streamSink) writeDelta(d oaiwire.Delta) error {
+	if s.head == nil {
+		s.head, s.tail = s.frame()
+	}
+	b, ok := oaiwire.AppendDelta(append(s.buf[:0], s.head...), d)
+	if !ok {
+		return s.write(s.chunk(d, nil))
+	}
+	s.buf = append(b, s.tail...)
+	_, err := s.w.Write(s.buf)
+	return err
+}
+
+// frame is what surrounds a delta in its event: the chunk's fields before
+// it, and those after, as Marshal writes a chunkJSON from s.chunk.
+func (s *streamSink) frame() (head, tail []byte) {
+	head = oaiwire.AppendString([]byte(`data: {"id":`), s.id)
+	head = strconv.AppendInt(append(head, `,"object":"chat.completion.chunk","created":`...), s.created, 10)
+	head = oaiwire.AppendString(append(head, `,"model":`...), s.model)
+	head = append(head, `,"choices":[{"index":0,"delta":`...)
+	tail = []byte(`,"logprobs":null,"finish_reason":null}]`)
+	if s.includeUsage {
+		tail = append(tail, `,"usage":null`...)
+	}
+	return head, append(tail, "}\n\n"...)
 }
 
 // flush pushes what was written to the client. A writer that cannot flush
@@ -136,7 +168,7 @@ func (s *streamSink) delta(d oaiwire.Delta) error {
 	s.start()
 	if !s.roleSent {
 		s.roleSent = true
-		if err := s.write(s.chunk(oaiwire.Delta{Role: "assistant"}, nil)); err != nil {
+		if err := s.writeDelta(oaiwire.Delta{Role: "assistant"}); err != nil {
 			return err
 		}
 	}
@@ -145,7 +177,7 @@ func (s *streamSink) delta(d oaiwire.Delta) error {
 	}
 	d.Role = ""
 	s.tokensSent = true
-	return s.write(s.chunk(d, nil))
+	return s.writeDelta(d)
 }
 
 func (s *streamSink) push() error {

@@ -49,3 +49,37 @@ func TestStreamSinkPushes(t *testing.T) {
 		t.Error("not committed after deltas")
 	}
 }
+
+// TestStreamSinkDeltaBytes: the event writeDelta builds in place is, byte
+// for byte, the one Marshal writes for the same chunk (write(s.chunk)), with
+// and without usage, for the role, text, reasoning and escapes in the
+// text, id and model; a delta with tool calls takes Marshal's path.
+func TestStreamSinkDeltaBytes(t *testing.T) {
+	i := 0
+	deltas := []oaiwire.Delta{
+		{Role: "assistant"},
+		{Content: "w1 "},
+		{Reasoning: "think <b> & \u2028"},
+		{Content: "tab\t\"q\" \xff é 🙂", Reasoning: "r"},
+		{Content: "call", ToolCalls: []oaiwire.ToolCall{{Index: &i, ID: "c1", Type: "function",
+			Function: oaiwire.FunctionCall{Name: "f", Arguments: `{"a":1}`}}}},
+	}
+	for _, usage := range []bool{false, true} {
+		for _, names := range [][2]string{{"chatcmpl-x", "m"}, {`chatcmpl-<"&>`, "org/model:q4 \u2029"}} {
+			built, marshalled := httptest.NewRecorder(), httptest.NewRecorder()
+			a := newStreamSink(built, names[0], names[1], time.Unix(1700000000, 0), usage, nil)
+			b := newStreamSink(marshalled, names[0], names[1], time.Unix(1700000000, 0), usage, nil)
+			for _, d := range deltas {
+				if err := a.writeDelta(d); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.write(b.chunk(d, nil)); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := built.Body.String(), marshalled.Body.String(); got != want {
+					t.Fatalf("usage %v, names %q, delta %+v:\n got %s\nwant %s", usage, names, d, got, want)
+				}
+			}
+		}
+	}
+}

@@ -194,7 +194,9 @@ func measureSteady(b *testing.B, client *http.Client, url, key string, streams, 
 // itself there (one file per sub-benchmark, suffixed with its index),
 // and with C0MPUTE_BENCH_GATEWAY_TRACE=path an execution trace (go tool
 // trace; timestamps share the machine's monotonic clock with a -trace of
-// the benchmark process, so the two line up);
+// the benchmark process, so the two line up), and with
+// C0MPUTE_BENCH_GATEWAY_MEMPROFILE=path its allocations (pprof's allocs
+// profile, written when it stops);
 // C0MPUTE_BENCH_BATCH=1ms sets the workers' batching window (default
 // devnet.DevBatchWindow).
 func BenchmarkAddedLatency(b *testing.B) {
@@ -295,6 +297,9 @@ func startGateway(b *testing.B, workers, index int) *gateway {
 	}
 	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_TRACE"); p != "" {
 		cmd.Env = append(cmd.Env, "C0MPUTE_BENCH_GATEWAY_TRACE="+p+"."+strconv.Itoa(index))
+	}
+	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_MEMPROFILE"); p != "" {
+		cmd.Env = append(cmd.Env, "C0MPUTE_BENCH_GATEWAY_MEMPROFILE="+p+"."+strconv.Itoa(index))
 	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -453,6 +458,19 @@ func TestGatewayProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { trace.Stop(); f.Close() }()
+	}
+	if p := os.Getenv("C0MPUTE_BENCH_GATEWAY_MEMPROFILE"); p != "" {
+		defer func() {
+			f, err := os.Create(p)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				t.Error(err)
+			}
+		}()
 	}
 	line, _ := json.Marshal(info)
 	fmt.Printf("gateway: %s\n", line)

@@ -364,6 +364,8 @@ type batcher struct {
 	// lastSent is when the last chunk left.
 	lastSent time.Time
 	err      error
+	// scratch is encodedSize's buffer.
+	scratch []byte
 
 	// receipt is the job's receipt so far (receiptOf); end completes it
 	// from output and the timings, signs it and sends it in the done.
@@ -383,12 +385,12 @@ type batcher struct {
 var errJobEnded = errors.New("agent: the job has ended")
 
 func (b *batcher) add(d oaiwire.Delta) error {
-	n := encodedSize(d)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
 		return b.err
 	}
+	n := encodedSize(d, &b.scratch)
 	if len(b.pending) > 0 && b.size+n > batchBytes {
 		// Flush first, so a chunk holds at most batchBytes of deltas
 		// (or one larger delta alone) and stays under the message cap.
@@ -426,8 +428,13 @@ func (b *batcher) add(d oaiwire.Delta) error {
 
 // encodedSize is the bytes d takes in a chunk: its JSON, which may be up to
 // six times its text (JSON escapes <, >, & and control characters as
-// \u00XX), and a separating comma.
-func encodedSize(d oaiwire.Delta) int {
+// \u00XX), and a separating comma. A delta without tool calls (every token
+// of a plain reply) is measured in scratch, reused, instead of marshalled.
+func encodedSize(d oaiwire.Delta, scratch *[]byte) int {
+	if b, ok := oaiwire.AppendDelta((*scratch)[:0], d); ok {
+		*scratch = b
+		return len(b) + 1
+	}
 	j, err := json.Marshal(d)
 	if err != nil {
 		return batchBytes // flushed alone; Encode reports the error

@@ -1,0 +1,73 @@
+package oaiwire_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/c0mpute/c0mpute/functions/oaiwire"
+)
+
+// appendCases are texts on both sides of every escape Marshal makes.
+var appendCases = []string{
+	"", "w1 ", "hello, world", "é ü 中文 🙂", "\uFFFD literal",
+	`"quoted"`, `back\slash`, "<b>&amp;</b>", "a<b", "a>b", "a&b", "\"", "\\", "\x01", "\x7f",
+	"tab\tnew\nline\rcr", "\b\f\x00\x1f\x7f",
+	"\u2028\u2029", "a\u2028b", "bad \xff utf-8", "cut \xe4\xb8", "\xed\xa0\x80 surrogate",
+	"\xf4\x90\x80\x80 past U+10FFFF", "mixed <\xff>\u2029\n",
+}
+
+// checkDelta fails t unless AppendDelta writes what Marshal writes for d,
+// after a prefix it must leave alone.
+func checkDelta(t *testing.T, d oaiwire.Delta) {
+	t.Helper()
+	want, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := oaiwire.AppendDelta([]byte("prefix"), d)
+	if !ok {
+		t.Fatalf("AppendDelta(%+v) refused a delta without tool calls", d)
+	}
+	if !bytes.Equal(got, append([]byte("prefix"), want...)) {
+		t.Fatalf("AppendDelta(%+v)\n got %q\nwant prefix%q", d, got, want)
+	}
+	s := oaiwire.AppendString(nil, d.Content)
+	if want, _ := json.Marshal(d.Content); !bytes.Equal(s, want) {
+		t.Fatalf("AppendString(%q) = %q, want %q", d.Content, s, want)
+	}
+}
+
+// TestAppendDeltaIsMarshal: every field combination and every escape comes
+// out as Marshal writes it; a delta with tool calls is refused untouched.
+func TestAppendDeltaIsMarshal(t *testing.T) {
+	for _, text := range appendCases {
+		for _, d := range []oaiwire.Delta{
+			{Content: text},
+			{Reasoning: text},
+			{Role: "assistant", Content: text},
+			{Role: text, Content: "x", Reasoning: text},
+			{Content: text, Reasoning: "r"},
+		} {
+			checkDelta(t, d)
+		}
+	}
+	checkDelta(t, oaiwire.Delta{})
+	i := 0
+	d := oaiwire.Delta{Content: "x", ToolCalls: []oaiwire.ToolCall{{Index: &i, ID: "c", Type: "function"}}}
+	if got, ok := oaiwire.AppendDelta([]byte("p"), d); ok || string(got) != "p" {
+		t.Fatalf("AppendDelta with tool calls = %q, %v; want the input and false", got, ok)
+	}
+}
+
+// FuzzAppendDelta: for any texts, AppendDelta writes what Marshal writes.
+// Seeds are appendCases and testdata/fuzz/FuzzAppendDelta.
+func FuzzAppendDelta(f *testing.F) {
+	for _, c := range appendCases {
+		f.Add("", c, "")
+		f.Add("assistant", "", c)
+	}
+	f.Fuzz(func(t *testing.T, role, content, reasoning string) {
+		checkDelta(t, oaiwire.Delta{Role: role, Content: content, Reasoning: reasoning})
+	})
+}
