@@ -180,6 +180,7 @@ func TextBytes(d oaiwire.Delta) int {
 type OutputHasher struct {
 	h   hash.Hash
 	enc *json.Encoder
+	buf []byte // a delta's encoding, reused
 	n   int64
 	err error
 }
@@ -194,7 +195,14 @@ func (o *OutputHasher) Add(d oaiwire.Delta) {
 		o.h = sha256.New()
 		o.enc = json.NewEncoder(o.h) // Encode is json.Marshal followed by "\n"
 	}
-	if err := o.enc.Encode(wireDelta(d)); err != nil && o.err == nil {
+	d = wireDelta(d)
+	if b, ok := oaiwire.AppendDelta(o.buf[:0], d); ok { // Marshal's bytes, built in place
+		o.buf = append(b, '\n')
+		o.h.Write(o.buf)
+		o.n++
+		return
+	}
+	if err := o.enc.Encode(d); err != nil && o.err == nil {
 		// A delta holds strings and an int: it always encodes. Should
 		// it not, the hash is poisoned rather than silently wrong.
 		o.err = err
