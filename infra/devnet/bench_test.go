@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -492,5 +493,57 @@ func TestGatewayProcess(t *testing.T) {
 		default:
 			t.Fatalf("gateway process: unknown command %q", cmd)
 		}
+	}
+}
+
+// BenchmarkLoopbackRoundTrip is the floor under every hop of the path: one
+// 16-byte round trip over a loopback TCP connection between two goroutines
+// of this process, back to back (gap 0) and after the machine idled for
+// gap, as a stream's hops do between its tokens (idle-p50-µs is the idle
+// time the sleeps gave: a timer fires late). The difference is what waking
+// an idle vCPU costs, twice per round trip, with no work at all.
+func BenchmarkLoopbackRoundTrip(b *testing.B) {
+	for _, gap := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond} {
+		b.Run("gap="+gap.String(), func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = io.Copy(c, c) // echo until the client closes
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			buf := make([]byte, 16)
+			rtts, idle := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				if gap > 0 {
+					slept := time.Now()
+					time.Sleep(gap)
+					idle = append(idle, time.Since(slept))
+				}
+				start := time.Now()
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
+				rtts = append(rtts, time.Since(start))
+			}
+			b.ReportMetric(float64(pct(rtts, .5).Nanoseconds())/1e3, "rtt-p50-µs")
+			b.ReportMetric(float64(pct(rtts, .9).Nanoseconds())/1e3, "rtt-p90-µs")
+			b.ReportMetric(float64(pct(idle, .5).Nanoseconds())/1e3, "idle-p50-µs")
+		})
 	}
 }
