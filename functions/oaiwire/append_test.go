@@ -3,6 +3,8 @@ package oaiwire_test
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
@@ -57,6 +59,20 @@ func TestAppendDeltaIsMarshal(t *testing.T) {
 	d := oaiwire.Delta{Content: "x", ToolCalls: []oaiwire.ToolCall{{Index: &i, ID: "c", Type: "function"}}}
 	if got, ok := oaiwire.AppendDelta([]byte("p"), d); ok || string(got) != "p" {
 		t.Fatalf("AppendDelta with tool calls = %q, %v; want the input and false", got, ok)
+	}
+}
+
+// TestAppendDeltaKnowsEveryField: AppendDelta writes Delta's fields by
+// hand, so a field added to Delta must be added there too (and here).
+func TestAppendDeltaKnowsEveryField(t *testing.T) {
+	var fields []string
+	for f := range reflect.TypeFor[oaiwire.Delta]().Fields() {
+		fields = append(fields, f.Name+" "+f.Tag.Get("json"))
+	}
+	want := []string{"Role role,omitempty", "Content content,omitempty",
+		"Reasoning reasoning_content,omitempty", "ToolCalls tool_calls,omitempty"}
+	if !slices.Equal(fields, want) {
+		t.Fatalf("Delta's fields are %q; AppendDelta writes %q: teach it the change", fields, want)
 	}
 }
 
