@@ -117,13 +117,16 @@ func (s *streamSink) write(v any) error {
 	}
 	s.buf = append(append(append(s.buf[:0], "data: "...), b...), '\n', '\n')
 	_, err = s.w.Write(s.buf)
+	s.dropBig()
 	return err
 }
 
 // writeDelta writes the event of one delta, the role's or a token's: what
 // write(s.chunk(d, nil)) writes, byte for byte, but built in place for a
 // delta without tool calls (every token of a plain reply) instead of
-// marshalled, so a relayed token costs no reflection and no allocation.
+// marshalled: no reflection over the chunk, and no allocation at all for
+// text Marshal writes unescaped (other text is escaped by Marshal, string
+// by string).
 func (s *streamSink) writeDelta(d oaiwire.Delta) error {
 	if s.head == nil {
 		s.head, s.tail = s.frame()
@@ -134,7 +137,15 @@ func (s *streamSink) writeDelta(d oaiwire.Delta) error {
 	}
 	s.buf = append(b, s.tail...)
 	_, err := s.w.Write(s.buf)
+	s.dropBig()
 	return err
+}
+
+// dropBig lets go of a buffer an unusually large event grew.
+func (s *streamSink) dropBig() {
+	if cap(s.buf) > oaiwire.MaxKeptBuffer {
+		s.buf = nil
+	}
 }
 
 // frame is what surrounds a delta in its event: the chunk's fields before

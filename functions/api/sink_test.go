@@ -83,3 +83,27 @@ func TestStreamSinkDeltaBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamSinkDropsBigBuffer: an event grown past MaxKeptBuffer (a
+// worker's delta of escaped text) is written whole and its buffer is not
+// kept for the rest of the stream; an ordinary one keeps it.
+func TestStreamSinkDropsBigBuffer(t *testing.T) {
+	w := httptest.NewRecorder()
+	s := newStreamSink(w, "chatcmpl-x", "m", time.Unix(1, 0), false, nil)
+	big := strings.Repeat("<", oaiwire.MaxKeptBuffer/4) // six bytes each once escaped
+	if err := s.writeDelta(oaiwire.Delta{Content: big}); err != nil {
+		t.Fatal(err)
+	}
+	if s.buf != nil {
+		t.Errorf("kept a %d-byte buffer after a big event", cap(s.buf))
+	}
+	if want := strings.Repeat(`\u003c`, len(big)); !strings.Contains(w.Body.String(), want) {
+		t.Error("the big event was not written whole")
+	}
+	if err := s.writeDelta(oaiwire.Delta{Content: "w1 "}); err != nil {
+		t.Fatal(err)
+	}
+	if s.buf == nil {
+		t.Error("dropped the buffer of an ordinary event")
+	}
+}

@@ -40,6 +40,12 @@ func plain(s string) bool {
 	return true
 }
 
+// MaxKeptBuffer is the largest buffer a caller of AppendDelta keeps for
+// the next delta. One grown past it by an unusually large delta (up to six
+// times a message's size, when every byte is escaped) is dropped after use,
+// so one huge delta from a peer is not held for a whole stream.
+const MaxKeptBuffer = 64 << 10
+
 // AppendDelta appends d's JSON to dst, byte for byte what Marshal writes
 // for it, and reports true, when d carries no tool calls (a token's text,
 // or the role); for a delta with tool calls it returns dst unchanged and

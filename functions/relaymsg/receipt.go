@@ -199,6 +199,9 @@ func (o *OutputHasher) Add(d oaiwire.Delta) {
 	if b, ok := oaiwire.AppendDelta(o.buf[:0], d); ok { // Marshal's bytes, built in place
 		o.buf = append(b, '\n')
 		o.h.Write(o.buf)
+		if cap(o.buf) > oaiwire.MaxKeptBuffer {
+			o.buf = nil
+		}
 		o.n++
 		return
 	}

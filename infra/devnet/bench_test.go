@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -197,7 +198,8 @@ func measureSteady(b *testing.B, client *http.Client, url, key string, streams, 
 // trace; timestamps share the machine's monotonic clock with a -trace of
 // the benchmark process, so the two line up), and with
 // C0MPUTE_BENCH_GATEWAY_MEMPROFILE=path its allocations (pprof's allocs
-// profile, written when it stops);
+// profile, written when it stops: everything since it started, its setup
+// included);
 // C0MPUTE_BENCH_BATCH=1ms sets the workers' batching window (default
 // devnet.DevBatchWindow).
 func BenchmarkAddedLatency(b *testing.B) {
@@ -468,6 +470,7 @@ func TestGatewayProcess(t *testing.T) {
 				return
 			}
 			defer f.Close()
+			runtime.GC() // the profile lags by up to two cycles
 			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 				t.Error(err)
 			}
