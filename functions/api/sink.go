@@ -124,9 +124,7 @@ func (s *streamSink) write(v any) error {
 // writeDelta writes the event of one delta, the role's or a token's: what
 // write(s.chunk(d, nil)) writes, byte for byte, but built in place for a
 // delta without tool calls (every token of a plain reply) instead of
-// marshalled: no reflection over the chunk, and no allocation at all for
-// text Marshal writes unescaped (other text is escaped by Marshal, string
-// by string).
+// marshalled: no reflection and no allocation per token.
 func (s *streamSink) writeDelta(d oaiwire.Delta) error {
 	if s.head == nil {
 		s.head, s.tail = s.frame()

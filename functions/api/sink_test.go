@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -105,5 +106,31 @@ func TestStreamSinkDropsBigBuffer(t *testing.T) {
 	}
 	if s.buf == nil {
 		t.Error("dropped the buffer of an ordinary event")
+	}
+}
+
+// BenchmarkStreamSinkDelta is one token's event, plain and with text that
+// JSON escapes (code, markdown), built in place against the Marshal path.
+func BenchmarkStreamSinkDelta(b *testing.B) {
+	for _, text := range []string{" world", "\n\n```go\n", `"<b>" & \t`} {
+		for _, path := range []string{"built", "marshalled"} {
+			b.Run(fmt.Sprintf("%s/%q", path, text), func(b *testing.B) {
+				s := newStreamSink(httptest.NewRecorder(), "chatcmpl-x", "m", time.Unix(1, 0), true, nil)
+				d := oaiwire.Delta{Content: text}
+				b.ReportAllocs()
+				for b.Loop() {
+					s.w.(*httptest.ResponseRecorder).Body.Reset()
+					var err error
+					if path == "built" {
+						err = s.writeDelta(d)
+					} else {
+						err = s.write(s.chunk(d, nil))
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

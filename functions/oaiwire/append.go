@@ -1,44 +1,61 @@
 package oaiwire
 
-import (
-	"encoding/json"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // AppendString appends s to dst as a JSON string, byte for byte what
-// encoding/json's Marshal writes for it. Text made only of characters
-// Marshal writes as they are (printable ASCII other than ", \, <, > and &,
-// and valid UTF-8 other than U+2028 and U+2029) is appended in place;
-// anything else is left to Marshal, so every escape is Marshal's own.
+// encoding/json's Marshal writes for it (FuzzAppendDelta holds the two
+// together): ", \ and the control characters \n, \r, \t, \b, \f as
+// two-byte escapes; the other control characters and <, > and & as \u00XX;
+// each byte of invalid UTF-8 as \ufffd; U+2028 and U+2029 as \u2028 and
+// \u2029; everything else as it is.
 func AppendString(dst []byte, s string) []byte {
-	if !plain(s) {
-		b, _ := json.Marshal(s) // a string always marshals
-		return append(dst, b...)
-	}
 	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
-}
-
-// plain reports whether Marshal writes s between its quotes unchanged.
-func plain(s string) bool {
+	start := 0 // s[start:i] is still to copy
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return false
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigit[c>>4], hexDigit[c&0xf])
 			}
 			i++
+			start = i
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
-			return false
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(append(dst, s[start:i]...), `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(append(dst, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigit[r&0xf])
+		default:
+			i += size
+			continue
 		}
 		i += size
+		start = i
 	}
-	return true
+	return append(append(dst, s[start:]...), '"')
 }
+
+const hexDigit = "0123456789abcdef"
 
 // MaxKeptBuffer is the largest buffer a caller of AppendDelta keeps for
 // the next delta. One grown past it by an unusually large delta (up to six

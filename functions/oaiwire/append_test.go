@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/c0mpute/c0mpute/functions/oaiwire"
 )
@@ -73,6 +74,26 @@ func TestAppendDeltaKnowsEveryField(t *testing.T) {
 		"Reasoning reasoning_content,omitempty", "ToolCalls tool_calls,omitempty"}
 	if !slices.Equal(fields, want) {
 		t.Fatalf("Delta's fields are %q; AppendDelta writes %q: teach it the change", fields, want)
+	}
+}
+
+// TestAppendStringEveryRune: every rune, alone and between an invalid
+// byte and a letter, and every string of one or two bytes, comes out as
+// Marshal writes it.
+func TestAppendStringEveryRune(t *testing.T) {
+	check := func(s string) {
+		want, _ := json.Marshal(s)
+		if got := oaiwire.AppendString(nil, s); !bytes.Equal(got, want) {
+			t.Fatalf("AppendString(%q) = %q, want %q", s, got, want)
+		}
+	}
+	for r := rune(0); r <= utf8.MaxRune; r++ {
+		check(string(r))
+		check("\xff" + string(r) + "a")
+	}
+	for b := range 1 << 16 {
+		check(string([]byte{byte(b >> 8), byte(b)}))
+		check(string([]byte{byte(b)}))
 	}
 }
 
