@@ -117,7 +117,7 @@ func (s *streamSink) write(v any) error {
 	}
 	s.buf = append(append(append(s.buf[:0], "data: "...), b...), '\n', '\n')
 	_, err = s.w.Write(s.buf)
-	s.dropBig()
+	s.buf = oaiwire.KeepBuffer(s.buf)
 	return err
 }
 
@@ -135,15 +135,8 @@ func (s *streamSink) writeDelta(d oaiwire.Delta) error {
 	}
 	s.buf = append(b, s.tail...)
 	_, err := s.w.Write(s.buf)
-	s.dropBig()
+	s.buf = oaiwire.KeepBuffer(s.buf)
 	return err
-}
-
-// dropBig lets go of a buffer an unusually large event grew.
-func (s *streamSink) dropBig() {
-	if cap(s.buf) > oaiwire.MaxKeptBuffer {
-		s.buf = nil
-	}
 }
 
 // frame is what surrounds a delta in its event: the chunk's fields before

@@ -63,6 +63,15 @@ const hexDigit = "0123456789abcdef"
 // so one huge delta from a peer is not held for a whole stream.
 const MaxKeptBuffer = 64 << 10
 
+// KeepBuffer is b to keep for the next delta, or nil when it grew past
+// MaxKeptBuffer.
+func KeepBuffer(b []byte) []byte {
+	if cap(b) > MaxKeptBuffer {
+		return nil
+	}
+	return b
+}
+
 // AppendDelta appends d's JSON to dst, byte for byte what Marshal writes
 // for it, and reports true, when d carries no tool calls (a token's text,
 // or the role); for a delta with tool calls it returns dst unchanged and

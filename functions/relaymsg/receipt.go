@@ -193,17 +193,17 @@ func (o *OutputHasher) Add(d oaiwire.Delta) {
 	d.Role = ""
 	if o.h == nil {
 		o.h = sha256.New()
-		o.enc = json.NewEncoder(o.h) // Encode is json.Marshal followed by "\n"
 	}
 	d = wireDelta(d)
 	if b, ok := oaiwire.AppendDelta(o.buf[:0], d); ok { // Marshal's bytes, built in place
 		o.buf = append(b, '\n')
 		o.h.Write(o.buf)
-		if cap(o.buf) > oaiwire.MaxKeptBuffer {
-			o.buf = nil
-		}
+		o.buf = oaiwire.KeepBuffer(o.buf)
 		o.n++
 		return
+	}
+	if o.enc == nil {
+		o.enc = json.NewEncoder(o.h) // Encode is json.Marshal followed by "\n"
 	}
 	if err := o.enc.Encode(d); err != nil && o.err == nil {
 		// A delta holds strings and an int: it always encodes. Should

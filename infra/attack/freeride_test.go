@@ -280,3 +280,26 @@ func TestOversizedChunkOwnJob(t *testing.T) {
 		})
 	}
 }
+
+// TestEscapeHeavyReplyOwnJob: a worker serves its own job with text the
+// gateway's client events escape six bytes for one (40 KiB of "<", which
+// the relay forwards as it is), then ordinary text. The client gets the
+// text exactly, the stream goes on after the big event, the worker's
+// receipt (its hash over what it sent) matches what the gateway relayed,
+// and the job is charged and paid once.
+func TestEscapeHeavyReplyOwnJob(t *testing.T) {
+	e := newEnv(t, options{})
+	user, mallory := e.newAccount("user", 1000), e.newAccount("mallory", 0)
+	h := e.hostileWorker(mallory)
+	c := e.start(user.apiKey, chatBody("escape me", true))
+	j := h.nextJob()
+	big := growingPayloads[0].content(0)
+	texts := []string{big, "<b>&\"\n\u2028", "ok"}
+	h.serve(j, 3, texts...)
+	if r, want := c.wait(t), strings.Join(texts, ""); !r.ok() || r.Content != want {
+		t.Fatalf("reply: ok %v, %d bytes of content; want the %d bytes sent", r.ok(), len(r.Content), len(want))
+	}
+	e.expectCharged(j.Job)
+	e.expectCredits(user, 1000-price)
+	e.expectEarned(mallory, earning)
+}

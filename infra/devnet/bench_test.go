@@ -399,9 +399,9 @@ func (g *gateway) waitWorkers(b *testing.B, model string, n int) {
 // TestGatewayProcess is the benchmark's gateway process (startGateway); it
 // is skipped unless gatewayEnv is set. It runs a stack on the suite's store
 // with the paced model and the tiny Ollama one, writes a gatewayInfo line,
-// then answers commands, one a line, until its input ends: "rusage" (its CPU time in ns, user
-// plus system, from getrusage) and "idle MODEL" (how many idle workers the
-// store lists).
+// then answers commands, one a line, until its input ends: "rusage" (its
+// CPU time in ns, user plus system, from getrusage) and "idle MODEL" (how
+// many idle workers the store lists).
 func TestGatewayProcess(t *testing.T) {
 	if os.Getenv(gatewayEnv) == "" {
 		t.Skip("the benchmark's gateway process: runs only under BenchmarkAddedLatency")

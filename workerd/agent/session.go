@@ -432,9 +432,7 @@ func (b *batcher) add(d oaiwire.Delta) error {
 // of a plain reply) is measured in scratch, reused, instead of marshalled.
 func encodedSize(d oaiwire.Delta, scratch *[]byte) int {
 	if b, ok := oaiwire.AppendDelta((*scratch)[:0], d); ok {
-		if *scratch = b; cap(b) > oaiwire.MaxKeptBuffer {
-			*scratch = nil
-		}
+		*scratch = oaiwire.KeepBuffer(b)
 		return len(b) + 1
 	}
 	j, err := json.Marshal(d)
